@@ -1,0 +1,26 @@
+# Shared by the build tree and the installed package: finds nvcc and the toolkit's CCCL,
+# setting DSV41_CUDA_ENABLED and DSV41_CUDA_GENCODE. Hopper only: sm_90a.
+if(NOT DEFINED DSV41_CUDA)
+  set(DSV41_CUDA AUTO)
+endif()
+set(DSV41_CUDA_ENABLED OFF)
+if(NOT DSV41_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(DSV41_CUDA_ENABLED ON)
+  elseif(DSV41_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "DSV41_CUDA=ON but no CUDA compiler was found")
+  endif()
+endif()
+if(DSV41_CUDA_ENABLED)
+  if(NOT CMAKE_CUDA_ARCHITECTURES)
+    # CMake 3.25 does not know 90a: pass the gencode ourselves.
+    set(CMAKE_CUDA_ARCHITECTURES OFF)
+  endif()
+  enable_language(CUDA)
+  find_package(CUDAToolkit 12.8 REQUIRED)
+  # The toolkit's own CCCL (not Debian's libcub).
+  find_package(CCCL CONFIG REQUIRED HINTS "${CUDAToolkit_LIBRARY_ROOT}/lib/cmake" "${CUDAToolkit_TARGET_DIR}/lib/cmake")
+  set(DSV41_CUDA_GENCODE "-gencode=arch=compute_90a,code=sm_90a")
+endif()
