@@ -1,0 +1,379 @@
+// The golden check of ../shared/golden/README.md: every layer unit on its golden inputs with the golden
+// top-k lists, the index sources' own top-k, the head, DSpark from golden taps, Engram ids, and a free run.
+// Host-only. The model runs its ordinary code path; hooks only substitute inputs and record outputs.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <dsv41/io/safetensors.hpp>
+#include <dsv41/model/model.hpp>
+
+namespace dsv41::golden {
+
+struct Stat {
+  std::string name;
+  int64_t rows = 0;
+  double median = 0, max = 0, frac_above = 0;  // of rel = ‖x−g‖/‖g‖; frac_above: share of rows > 1e-2
+  bool pass = true;
+};
+
+struct Report {
+  std::vector<Stat> units;       // out.{l} and preout.{l}
+  std::vector<Stat> topk;        // own top-k per index source: frac_above = share of rows failing
+  Stat head, dspark, dspark_conf, free_run;
+  int64_t engram_mismatches = 0, engram_total = 0;
+  bool has_nan = false;
+  double mean_unit_frac = 0;
+  bool pass = false;
+  std::string summary() const;
+};
+
+namespace detail {
+
+inline std::vector<float> to_f32(const st::TensorView& t) {
+  std::vector<float> v(size_t(t.numel()));
+  const auto* p = reinterpret_cast<const uint8_t*>(t.data);
+  if (t.dtype == st::DType::F32) std::memcpy(v.data(), p, v.size() * 4);
+  else if (t.dtype == st::DType::BF16)
+    for (size_t i = 0; i < v.size(); ++i) { uint16_t b; std::memcpy(&b, p + 2 * i, 2); v[i] = num::bf16_to_f32(b); }
+  return v;
+}
+
+template <class T>
+std::vector<T> to_int(const st::TensorView& t) {
+  std::vector<T> v(size_t(t.numel()));
+  const auto* p = reinterpret_cast<const uint8_t*>(t.data);
+  if (t.dtype == st::DType::I32)
+    for (size_t i = 0; i < v.size(); ++i) { int32_t x; std::memcpy(&x, p + 4 * i, 4); v[i] = T(x); }
+  else if (t.dtype == st::DType::I64)
+    for (size_t i = 0; i < v.size(); ++i) { int64_t x; std::memcpy(&x, p + 8 * i, 8); v[i] = T(x); }
+  return v;
+}
+
+// Per-row relative errors of x against g, rows of width w.
+inline Stat rel_stat(const std::string& name, const std::vector<float>& x, const std::vector<float>& g, size_t w,
+                     bool* nan) {
+  Stat s;
+  s.name = name;
+  std::vector<double> rel;
+  for (size_t r = 0; r * w < g.size(); ++r) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < w; ++i) {
+      const double a = x[r * w + i], b = g[r * w + i];
+      if (std::isnan(a)) *nan = true;
+      num += (a - b) * (a - b);
+      den += b * b;
+    }
+    rel.push_back(den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+  }
+  s.rows = int64_t(rel.size());
+  if (rel.empty()) return s;
+  std::vector<double> sorted = rel;
+  std::sort(sorted.begin(), sorted.end());
+  s.median = sorted[sorted.size() / 2];
+  s.max = sorted.back();
+  s.frac_above = double(std::count_if(rel.begin(), rel.end(), [](double v) { return v > 1e-2; })) / double(rel.size());
+  return s;
+}
+
+struct Recorder {
+  const ModelShape* s = nullptr;
+  int B = 0, T = 0, P = 0, b = 0;
+  const std::map<std::string, std::vector<float>>* gf = nullptr;
+  const std::map<std::string, std::vector<int32_t>>* gi = nullptr;
+  bool substitute = true;
+  std::map<std::string, std::vector<float>> out;       // out.{l}, preout.{l}
+  std::map<std::string, std::vector<int32_t>> lists;   // prefill_topk.{l}, decode_topk.{l}
+  std::vector<int64_t> engram;                         // [B, T, n]
+  int engram_n = 0;
+};
+
+inline size_t row_base(const Recorder& r, int64_t pos) { return size_t(r.b) * r.T + size_t(pos); }
+
+inline void on_input(void* c, int l, int64_t start, int rows, float* H, float* pre) {
+  auto& r = *static_cast<Recorder*>(c);
+  if (!r.substitute) return;
+  const size_t hw = size_t(r.s->hc_mult) * r.s->hidden_size, pw = size_t(r.s->hc_mult);
+  const auto& gh = r.gf->at("h." + std::to_string(l));
+  const auto& gp = r.gf->at("pre." + std::to_string(l));
+  std::copy_n(gh.begin() + row_base(r, start) * hw, rows * hw, H);
+  std::copy_n(gp.begin() + row_base(r, start) * pw, rows * pw, pre);
+}
+
+inline void on_output(void* c, int l, int64_t start, int rows, const float* H, const float* pre) {
+  auto& r = *static_cast<Recorder*>(c);
+  if (!r.substitute) return;
+  const size_t hw = size_t(r.s->hc_mult) * r.s->hidden_size, pw = size_t(r.s->hc_mult);
+  auto& o = r.out["out." + std::to_string(l)];
+  auto& p = r.out["preout." + std::to_string(l)];
+  o.resize(size_t(r.B) * r.T * hw);
+  p.resize(size_t(r.B) * r.T * pw);
+  std::copy_n(H, rows * hw, o.begin() + row_base(r, start) * hw);
+  std::copy_n(pre, rows * pw, p.begin() + row_base(r, start) * pw);
+}
+
+inline void on_topk(void* c, int l, int64_t start, int rows, int k, int32_t* lists) {
+  auto& r = *static_cast<Recorder*>(c);
+  if (!r.substitute) return;  // the free run keeps its own lists and records nothing
+  for (int t = 0; t < rows; ++t) {
+    const int64_t pos = start + t;
+    const bool pre = pos < r.P;
+    const std::string name = (pre ? "prefill_topk." : "decode_topk.") + std::to_string(l);
+    const int rows_per_b = pre ? r.P : r.T - r.P;
+    const int64_t idx = pre ? pos : pos - r.P;
+    auto& mine = r.lists[name];
+    mine.resize(size_t(r.B) * rows_per_b * k, -1);
+    int32_t* dst = mine.data() + (size_t(r.b) * rows_per_b + size_t(idx)) * k;
+    std::copy_n(lists + size_t(t) * k, k, dst);
+    {
+      const auto& g = r.gi->at(name);
+      const int gk = int(g.size() / (size_t(r.B) * rows_per_b));
+      const int32_t* src = g.data() + (size_t(r.b) * rows_per_b + size_t(idx)) * gk;
+      for (int i = 0; i < k; ++i) lists[size_t(t) * k + i] = i < gk ? src[i] : -1;
+    }
+  }
+}
+
+inline void on_engram(void* c, int64_t start, int rows, int n, const int64_t* ids) {
+  auto& r = *static_cast<Recorder*>(c);
+  r.engram_n = n;
+  r.engram.resize(size_t(r.B) * r.T * n);
+  std::copy_n(ids, size_t(rows) * n, r.engram.begin() + row_base(r, start) * n);
+}
+
+inline void on_taps(void* c, int64_t start, int rows, int width, float* taps) {
+  auto& r = *static_cast<Recorder*>(c);
+  if (!r.substitute) return;
+  const auto& g = r.gf->at("taps");
+  std::copy_n(g.begin() + row_base(r, start) * width, size_t(rows) * width, taps);
+}
+
+}  // namespace detail
+
+inline std::string Report::summary() const {
+  std::string o;
+  char buf[256];
+  auto line = [&](const Stat& s) {
+    std::snprintf(buf, sizeof buf, "  %-22s rows %6lld  median %.2e  max %.2e  >1e-2 %6.2f%%  %s\n", s.name.c_str(),
+                  (long long)s.rows, s.median, s.max, 100 * s.frac_above, s.pass ? "ok" : "FAIL");
+    o += buf;
+  };
+  o += "units (outputs on golden inputs):\n";
+  for (const auto& s : units) line(s);
+  std::snprintf(buf, sizeof buf, "  mean share of rows above 1e-2 over units: %.3f%%\n", 100 * mean_unit_frac);
+  o += buf;
+  o += "own top-k (share of rows failing):\n";
+  for (const auto& s : topk) {
+    std::snprintf(buf, sizeof buf, "  %-22s rows %6lld  failing %6.2f%%  %s\n", s.name.c_str(), (long long)s.rows,
+                  100 * s.frac_above, s.pass ? "ok" : "FAIL");
+    o += buf;
+  }
+  o += "head, DSpark, free run:\n";
+  line(head);
+  line(dspark);
+  line(dspark_conf);
+  line(free_run);
+  std::snprintf(buf, sizeof buf, "engram ids: %lld of %lld differ\nNaN: %s\nresult: %s\n", (long long)engram_mismatches,
+                (long long)engram_total, has_nan ? "yes" : "no", pass ? "PASS" : "FAIL");
+  o += buf;
+  return o;
+}
+
+namespace detail {
+template <class T>
+st::TensorToWrite tensor(const std::string& name, st::DType dt, std::vector<int64_t> shape, const std::vector<T>& v) {
+  st::TensorToWrite t;
+  t.name = name;
+  t.dtype = dt;
+  t.shape = std::move(shape);
+  if (dt == st::DType::BF16) {
+    t.bytes.resize(v.size() * 2);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const uint16_t b = num::bf16_bits(float(v[i]));
+      std::memcpy(t.bytes.data() + 2 * i, &b, 2);
+    }
+  } else {
+    t.bytes.resize(v.size() * sizeof(T));
+    std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
+  }
+  return t;
+}
+}  // namespace detail
+
+// Runs the whole check. dump (optional): every recorded tensor, under the README's names.
+template <class M>
+Result<Report> run(const M& model, const std::string& golden_path, std::vector<st::TensorToWrite>* dump = nullptr) {
+  auto gfile = st::File::open(golden_path);
+  if (!gfile.ok()) return gfile.status();
+  const ModelShape& s = model.shape();
+  const int L = s.num_hidden_layers, hc = s.hc_mult, d = s.hidden_size, V = s.vocab_size;
+  std::map<std::string, std::vector<float>> gf;
+  std::map<std::string, std::vector<int32_t>> gi;
+  std::vector<int64_t> g_engram;
+  for (const auto& name : gfile->names()) {
+    const st::TensorView* t = gfile->find(name);
+    if (t->dtype == st::DType::F32 || t->dtype == st::DType::BF16) gf[name] = detail::to_f32(*t);
+    else if (name == "engram_hash_ids") g_engram = detail::to_int<int64_t>(*t);
+    else gi[name] = detail::to_int<int32_t>(*t);
+  }
+  const st::TensorView* ids_t = gfile->find("input_ids");
+  if (!ids_t || ids_t->shape.size() != 2 || !gi.count("prefill_length"))
+    return error(Code::format_error, golden_path + ": needs input_ids [B, T] and prefill_length");
+  for (int l = 0; l <= L; ++l)
+    if (!gf.count("h." + std::to_string(l)) || !gf.count("pre." + std::to_string(l)))
+      return error(Code::format_error, golden_path + ": missing h./pre. of layer " + std::to_string(l));
+  const int B = int(ids_t->shape[0]), T = int(ids_t->shape[1]), P = gi["prefill_length"][0];
+  if (P < 1 || P > T) return error(Code::format_error, golden_path + ": prefill_length out of range");
+  const auto& ids = gi["input_ids"];
+
+  detail::Recorder rec;
+  rec.s = &s; rec.B = B; rec.T = T; rec.P = P; rec.gf = &gf; rec.gi = &gi;
+  ForwardHooks hooks;
+  hooks.ctx = &rec;
+  hooks.unit_input = detail::on_input;
+  hooks.unit_output = detail::on_output;
+  hooks.topk = detail::on_topk;
+  hooks.engram_ids = detail::on_engram;
+  hooks.taps = detail::on_taps;
+
+  const int blk = s.dspark_block_size, nd = s.n_dspark() > 0 ? T - P : 0;
+  std::vector<float> dl(size_t(B) * nd * blk * V), dc(size_t(B) * nd * blk);
+  std::vector<float> free_logits(size_t(B) * T * V);
+  for (int b = 0; b < B; ++b) {
+    rec.b = b;
+    const int32_t* seq = ids.data() + size_t(b) * T;
+    // 1, 2, 4, 5: units on golden inputs, own top-k, DSpark from golden taps, Engram ids.
+    SequenceState st = model.new_sequence(T);
+    cpu::ForwardResult fr;
+    DSV41_TRY(model.forward(st, std::span<const int32_t>(seq, size_t(P)), fr, false, &hooks));
+    for (int t = P; t < T; ++t) {
+      DSV41_TRY(model.forward(st, std::span<const int32_t>(seq + t, 1), fr, false, &hooks));
+      if (nd > 0) {
+        const int32_t y = gi.at("dspark_draft_ids")[(size_t(b) * nd + (t - P)) * (blk + 1)];
+        cpu::DraftResult dr;
+        DSV41_TRY(model.draft(st, y, dr));
+        std::copy(dr.logits.begin(), dr.logits.end(), dl.begin() + (size_t(b) * nd + (t - P)) * blk * V);
+        std::copy(dr.confidence.begin(), dr.confidence.end(), dc.begin() + (size_t(b) * nd + (t - P)) * blk);
+      }
+    }
+    // 6: free run, no substitution.
+    rec.substitute = false;
+    SequenceState fs = model.new_sequence(T);
+    DSV41_TRY(model.forward(fs, std::span<const int32_t>(seq, size_t(P)), fr, true, &hooks));
+    std::copy(fr.logits.begin(), fr.logits.end(), free_logits.begin() + size_t(b) * T * V);
+    for (int t = P; t < T; ++t) {
+      DSV41_TRY(model.forward(fs, std::span<const int32_t>(seq + t, 1), fr, false, &hooks));
+      std::copy(fr.logits.begin(), fr.logits.end(), free_logits.begin() + (size_t(b) * T + t) * V);
+    }
+    rec.substitute = true;
+  }
+  // Engram recorded by the substituted run only: the free run overwrote with identical ids.
+
+  // 3: head on golden h.{L}, pre.{L}.
+  std::vector<float> head_logits(size_t(B) * T * V);
+  model.backend().head(gf["h." + std::to_string(L)].data(), gf["pre." + std::to_string(L)].data(), 0, B * T,
+                       head_logits.data());
+
+  Report rep;
+  bool nan = false;
+  double frac_sum = 0;
+  for (int l = 0; l < L; ++l) {
+    for (const char* kind : {"out.", "preout."}) {
+      const bool is_out = kind[0] == 'o';
+      const std::string n = kind + std::to_string(l);
+      const auto& g = gf[(is_out ? "h." : "pre.") + std::to_string(l + 1)];
+      Stat st = detail::rel_stat(n, rec.out[n], g, is_out ? size_t(hc) * d : size_t(hc), &nan);
+      st.pass = st.median <= 1e-3 && st.frac_above <= 0.05;
+      frac_sum += st.frac_above;
+      rep.units.push_back(st);
+    }
+  }
+  rep.mean_unit_frac = rep.units.empty() ? 0 : frac_sum / double(rep.units.size());
+  for (int l : s.index_source_layer_ids) {
+    Stat st;
+    st.name = "topk." + std::to_string(l);
+    int64_t fail = 0;
+    for (const char* phase : {"prefill", "decode"}) {
+      const std::string ln = std::string(phase) + "_topk." + std::to_string(l);
+      const std::string sn = std::string(phase) + "_scores." + std::to_string(l);
+      if (!gi.count(ln) || !gf.count(sn)) continue;
+      const auto& g = gi[ln];
+      const auto& gs = gf[sn];
+      const auto& mine = rec.lists[ln];
+      const int rows = phase[0] == 'p' ? P : T - P;
+      if (rows == 0) continue;
+      const int gk = int(g.size() / (size_t(B) * rows)), n = int(gs.size() / (size_t(B) * rows));
+      const int k = s.index_topk;
+      for (int r = 0; r < B * rows; ++r) {
+        ++st.rows;
+        const int32_t* gr = g.data() + size_t(r) * gk;
+        const float* sr = gs.data() + size_t(r) * n;
+        int gcount = 0;
+        float sk = std::numeric_limits<float>::infinity();
+        for (int i = 0; i < gk; ++i)
+          if (gr[i] >= 0) { ++gcount; sk = std::min(sk, sr[gr[i]]); }
+        int mcount = 0;
+        bool ok = mine.size() >= size_t(r + 1) * k;
+        for (int i = 0; ok && i < k; ++i) {
+          const int32_t j = mine[size_t(r) * k + i];
+          if (j < 0) continue;
+          ++mcount;
+          if (j >= n || !(sr[j] >= sk - std::ldexp(std::fabs(sk), -7))) ok = false;
+        }
+        if (!ok || mcount != gcount) ++fail;
+      }
+    }
+    st.frac_above = st.rows ? double(fail) / double(st.rows) : 0;
+    st.pass = st.frac_above <= 0.05;
+    rep.topk.push_back(st);
+  }
+  rep.head = detail::rel_stat("head_logits", head_logits, gf["logits"], size_t(V), &nan);
+  rep.head.pass = rep.head.max <= 1e-3;
+  if (nd > 0) {
+    rep.dspark = detail::rel_stat("dspark_logits", dl, gf["dspark_logits"], size_t(V), &nan);
+    rep.dspark.pass = rep.dspark.median <= 1e-3 && rep.dspark.frac_above <= 0.15;
+    rep.dspark_conf = detail::rel_stat("dspark_confidence", dc, gf["dspark_confidence"], 1, &nan);
+    rep.dspark_conf.pass = true;  // reported, not judged by the contract
+  }
+  rep.free_run = detail::rel_stat("free_run_logits", free_logits, gf["logits"], size_t(V), &nan);
+  rep.free_run.pass = true;  // reported, not judged
+  if (!g_engram.empty()) {
+    rep.engram_total = int64_t(g_engram.size());
+    for (size_t i = 0; i < g_engram.size(); ++i)
+      if (i >= rec.engram.size() || rec.engram[i] != g_engram[i]) ++rep.engram_mismatches;
+  }
+  rep.has_nan = nan;
+  rep.pass = !nan && rep.engram_mismatches == 0 && rep.head.pass && rep.dspark.pass && rep.mean_unit_frac <= 0.02;
+  for (const auto& u : rep.units) rep.pass = rep.pass && u.pass;
+  for (const auto& t : rep.topk) rep.pass = rep.pass && t.pass;
+
+  if (dump) {
+    using st::DType;
+    for (int l = 0; l < L; ++l) {
+      const std::string n = std::to_string(l);
+      dump->push_back(detail::tensor("out." + n, DType::BF16, {B, T, hc, d}, rec.out["out." + n]));
+      dump->push_back(detail::tensor("preout." + n, DType::F32, {B, T, hc}, rec.out["preout." + n]));
+    }
+    for (auto& [k, v] : rec.lists) {
+      const int64_t rows = k[0] == 'p' ? P : T - P;
+      dump->push_back(detail::tensor(k, DType::I32, {B, rows, s.index_topk}, v));
+    }
+    dump->push_back(detail::tensor("head_logits", DType::F32, {B, T, V}, head_logits));
+    dump->push_back(detail::tensor("logits", DType::F32, {B, T, V}, free_logits));
+    if (nd > 0) {
+      dump->push_back(detail::tensor("dspark_logits", DType::F32, {B, nd, blk, V}, dl));
+      dump->push_back(detail::tensor("dspark_confidence", DType::F32, {B, nd, blk}, dc));
+    }
+    if (!rec.engram.empty()) {
+      const int64_t nl = int64_t(s.engram_layer_ids.size());
+      dump->push_back(detail::tensor("engram_hash_ids", DType::I64, {B, T, nl, rec.engram_n / nl}, rec.engram));
+    }
+  }
+  return rep;
+}
+
+}  // namespace dsv41::golden

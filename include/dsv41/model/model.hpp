@@ -1,0 +1,200 @@
+// Model<Config, Backend>: a loaded model directory (config.json, sharded safetensors, Engram token map)
+// and the operations on per-sequence states. Config is a traits type from configs:: (its shape must
+// equal the directory's) or configs::Dynamic (any config.json). Backend: Cpu (reference).
+#pragma once
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <dsv41/config/parse_config.hpp>
+#include <dsv41/config/presets.hpp>
+#include <dsv41/core/status.hpp>
+#include <dsv41/cpu/forward.hpp>
+#include <dsv41/engram/hash.hpp>
+#include <dsv41/io/safetensors.hpp>
+#include <dsv41/model/state.hpp>
+#include <dsv41/model/weights.hpp>
+
+namespace dsv41 {
+
+struct Cpu {};  // backend tag: the CPU reference
+
+// Progress while loading; return false to cancel (load then fails with Code::cancelled).
+struct LoadOptions {
+  bool (*progress)(void* ctx, float fraction, const char* stage) = nullptr;
+  void* ctx = nullptr;
+};
+
+// Per prefill chunk; return false to cancel between chunks (state keeps the chunks already run).
+struct PrefillOptions {
+  int chunk = 0;  // tokens per forward; 0 = the whole prompt at once
+  bool (*on_chunk)(void* ctx, int64_t done, int64_t total) = nullptr;
+  void* ctx = nullptr;
+};
+
+namespace detail {
+
+inline Status compare_shapes(const ModelShape& got, const ModelShape& want) {
+  std::string e;
+  auto cmp = [&](const char* name, auto a, auto b) {
+    if (a != b) e += std::string("  ") + name + " differs from the compiled configuration\n";
+  };
+  cmp("vocab_size", got.vocab_size, want.vocab_size);
+  cmp("hidden_size", got.hidden_size, want.hidden_size);
+  cmp("moe_intermediate_size", got.moe_intermediate_size, want.moe_intermediate_size);
+  cmp("num_hidden_layers", got.num_hidden_layers, want.num_hidden_layers);
+  cmp("num_attention_heads", got.num_attention_heads, want.num_attention_heads);
+  cmp("head_dim", got.head_dim, want.head_dim);
+  cmp("qk_rope_head_dim", got.qk_rope_head_dim, want.qk_rope_head_dim);
+  cmp("q_lora_rank", got.q_lora_rank, want.q_lora_rank);
+  cmp("o_lora_rank", got.o_lora_rank, want.o_lora_rank);
+  cmp("o_groups", got.o_groups, want.o_groups);
+  cmp("n_routed_experts", got.n_routed_experts, want.n_routed_experts);
+  cmp("num_experts_per_tok", got.num_experts_per_tok, want.num_experts_per_tok);
+  cmp("sliding_window", got.sliding_window, want.sliding_window);
+  cmp("compress_ratios", got.compress_ratios, want.compress_ratios);
+  cmp("kv_source_layer_ids", got.kv_source_layer_ids, want.kv_source_layer_ids);
+  cmp("index_source_layer_ids", got.index_source_layer_ids, want.index_source_layer_ids);
+  cmp("index_n_heads", got.index_n_heads, want.index_n_heads);
+  cmp("index_head_dim", got.index_head_dim, want.index_head_dim);
+  cmp("index_topk", got.index_topk, want.index_topk);
+  cmp("candidate_source_layer_id", got.candidate_source_layer_id, want.candidate_source_layer_id);
+  cmp("hc_mult", got.hc_mult, want.hc_mult);
+  cmp("engram_layer_ids", got.engram_layer_ids, want.engram_layer_ids);
+  cmp("engram_num_embeddings", got.engram_num_embeddings, want.engram_num_embeddings);
+  cmp("engram_head_dim", got.engram_head_dim, want.engram_head_dim);
+  cmp("num_nextn_predict_layers", got.num_nextn_predict_layers, want.num_nextn_predict_layers);
+  cmp("dspark_target_layer_ids", got.dspark_target_layer_ids, want.dspark_target_layer_ids);
+  if (e.empty()) return Status::Ok();
+  return error(Code::mismatch, "config.json does not match the compiled configuration:\n" + e);
+}
+
+inline Result<std::vector<int32_t>> load_token_map(const std::string& dir, const ModelShape& s) {
+  const std::string path = dir + "/engram_token_map.safetensors";
+  if (!std::filesystem::exists(path))
+    return error(Code::io_error, path + ": missing (building the Engram token map from tokenizer.json is not supported yet)");
+  auto f = st::File::open(path);
+  if (!f.ok()) return f.status();
+  const st::TensorView* t = f->find("token_map");
+  if (!t) return error(Code::format_error, path + ": no tensor 'token_map'");
+  if (t->dtype != st::DType::I32 || t->shape.size() != 1 || t->shape[0] != s.vocab_size)
+    return error(Code::mismatch, path + ": token_map must be I32 [" + std::to_string(s.vocab_size) + "]");
+  return t->to_vector<int32_t>();
+}
+
+}  // namespace detail
+
+template <class Config = configs::Dynamic, class Backend = Cpu>
+class Model {
+  static_assert(std::is_same_v<Backend, Cpu>, "only the Cpu backend is available in this build");
+
+ public:
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  static Result<std::unique_ptr<Model>> load(const std::string& dir, const LoadOptions& opt = {}) {
+    auto report = [&](float f, const char* what) { return !opt.progress || opt.progress(opt.ctx, f, what); };
+    std::unique_ptr<Model> m(new Model());
+    auto shape = load_config(dir + "/config.json");
+    if (!shape.ok()) return shape.status();
+    m->shape_ = std::move(shape).value();
+    if constexpr (!std::is_same_v<Config, configs::Dynamic>) DSV41_TRY(detail::compare_shapes(m->shape_, configs::to_shape<Config>()));
+    if (!report(0.1f, "checkpoint")) return error(Code::cancelled, "load cancelled");
+    auto ck = st::Checkpoint::open(dir);
+    if (!ck.ok()) return ck.status();
+    m->ck_ = std::make_unique<st::Checkpoint>(std::move(ck).value());
+    if (!report(0.5f, "weights")) return error(Code::cancelled, "load cancelled");
+    auto w = bind_weights(*m->ck_, m->shape_);
+    if (!w.ok()) return w.status();
+    m->w_ = std::move(w).value();
+    if (!report(0.8f, "engram")) return error(Code::cancelled, "load cancelled");
+    std::vector<int32_t> token_map;
+    engram::HashPlan plan;
+    const ModelShape& s = m->shape_;
+    if (!s.engram_layer_ids.empty()) {
+      auto tm = detail::load_token_map(dir, s);
+      if (!tm.ok()) return tm.status();
+      token_map = std::move(tm).value();
+      engram::HashParams hp;
+      hp.layer_ids.assign(s.engram_layer_ids.begin(), s.engram_layer_ids.end());
+      hp.max_ngram_size = s.engram_max_ngram_size;
+      hp.n_heads = s.engram_n_heads;
+      hp.vocab_start = s.engram_vocab_size;
+      hp.compressed_vocab_size = s.engram_compressed_vocab_size;
+      if (s.engram_pad_token_id < 0 || s.engram_pad_token_id >= int(token_map.size()))
+        return error(Code::format_error, "engram_pad_token_id outside the vocabulary");
+      hp.pad_compressed_id = token_map[size_t(s.engram_pad_token_id)];
+      hp.num_embeddings = s.engram_num_embeddings;
+      auto p = engram::make_plan(hp);
+      if (!p.ok()) return p.status();
+      plan = std::move(p).value();
+      DSV41_TRY(engram::check_token_map(plan, token_map));
+    }
+    m->fwd_ = std::make_unique<cpu::Forward>(m->shape_, m->w_, std::move(token_map), std::move(plan));
+    if (!report(1.0f, "ready")) return error(Code::cancelled, "load cancelled");
+    return m;
+  }
+
+  const ModelShape& shape() const { return shape_; }
+  const std::vector<LayerRole>& schedule() const { return fwd_->schedule(); }
+  const cpu::Forward& backend() const { return *fwd_; }
+
+  // A fresh sequence able to hold max_positions tokens.
+  SequenceState new_sequence(int64_t max_positions) const { return SequenceState(shape_, max_positions); }
+
+  // Runs ids at the state's next positions in one forward. logits: every row or the last.
+  Status forward(SequenceState& st, std::span<const int32_t> ids, cpu::ForwardResult& out, bool all_logits = false,
+                 const ForwardHooks* hooks = nullptr) const {
+    return fwd_->forward(st, ids, out, all_logits, hooks);
+  }
+
+  // Prefill in chunks (any split gives the same result as one chunk); last_logits gets the last row.
+  Status prefill(SequenceState& st, std::span<const int32_t> ids, std::vector<float>* last_logits = nullptr,
+                 const PrefillOptions& opt = {}) const {
+    if (ids.empty()) return error(Code::invalid_argument, "prefill: empty prompt");
+    if (st.pos + int64_t(ids.size()) > st.max_positions)
+      return error(Code::out_of_range, "prefill: prompt of " + std::to_string(ids.size()) + " tokens does not fit the " +
+                                           std::to_string(st.max_positions - st.pos) + " positions left");
+    const size_t chunk = opt.chunk > 0 ? size_t(opt.chunk) : ids.size();
+    cpu::ForwardResult r;
+    for (size_t i = 0; i < ids.size(); i += chunk) {
+      const size_t n = std::min(chunk, ids.size() - i);
+      DSV41_TRY(fwd_->forward(st, ids.subspan(i, n), r));
+      if (opt.on_chunk && !opt.on_chunk(opt.ctx, int64_t(i + n), int64_t(ids.size())))
+        return error(Code::cancelled, "prefill cancelled after " + std::to_string(i + n) + " tokens");
+    }
+    if (last_logits) *last_logits = std::move(r.logits);
+    return Status::Ok();
+  }
+
+  // One decode step for several sequences, each at its own position.
+  struct DecodeItem {
+    SequenceState* state = nullptr;
+    int32_t token = 0;
+    std::vector<float>* logits = nullptr;  // [V] out
+  };
+  Status decode(std::span<DecodeItem> batch) const {
+    for (auto& item : batch) {
+      if (!item.state) return error(Code::invalid_argument, "decode: null state");
+      cpu::ForwardResult r;
+      const int32_t tok = item.token;
+      DSV41_TRY(fwd_->forward(*item.state, std::span<const int32_t>(&tok, 1), r));
+      if (item.logits) *item.logits = std::move(r.logits);
+    }
+    return Status::Ok();
+  }
+
+  // DSpark draft after the main model predicted y for the state's next position.
+  Status draft(const SequenceState& st, int32_t y, cpu::DraftResult& out) const { return fwd_->draft(st, y, out); }
+
+ private:
+  Model() = default;
+  ModelShape shape_;
+  std::unique_ptr<st::Checkpoint> ck_;
+  Weights w_;
+  std::unique_ptr<cpu::Forward> fwd_;
+};
+
+}  // namespace dsv41
