@@ -272,6 +272,7 @@ def malformed_entries():
         "shard name '../model-00001-of-00002.safetensors' for tensor 'a' is not a plain file name")
     add("sharded_index_not_json", {INDEX: b'{"weight_map": {"a": }', SHARD1: s1},
         f"{INDEX}: not valid JSON")
+    add("sharded_index_empty", {INDEX: b"", SHARD1: s1}, f"{INDEX}: not valid JSON: empty")
     add("sharded_index_not_object", {INDEX: b'["a"]', SHARD1: s1}, f"{INDEX} is not a JSON object")
     add("sharded_no_weight_map", {INDEX: b'{"metadata": {"total_size": 0}}', SHARD1: s1},
         f"{INDEX} has no 'weight_map' object")

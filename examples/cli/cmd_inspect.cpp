@@ -54,17 +54,17 @@ int run_inspect(void* p) {
                r.tap_slot >= 0 ? "yes" : "");
   }
   fmt::print("  (* = candidate source)\n");
-  const auto p = count_params(s);
+  const auto pc = count_params(s);
   fmt::print("\nparameters:\n");
-  fmt::print("  total                         {:>12}  ({:.0f})\n", human(p.total), p.total);
-  fmt::print("    Engram tables               {:>12}\n", human(p.engram_tables));
-  fmt::print("    DSpark stages               {:>12}\n", human(p.dspark));
-  fmt::print("    without Engram tables and DSpark {:>7}\n", human(p.total - p.engram_tables - p.dspark));
-  fmt::print("  activated per decode token    {:>12}  (all {} layers + head)\n", human(p.active_decode), s.num_hidden_layers);
-  fmt::print("    encoder (layers 0-{})       {:>12}\n", first_decoder_layer(s) - 1, human(p.active_encoder));
+  fmt::print("  total                         {:>12}  ({:.0f})\n", human(pc.total), pc.total);
+  fmt::print("    Engram tables               {:>12}\n", human(pc.engram_tables));
+  fmt::print("    DSpark stages               {:>12}\n", human(pc.dspark));
+  fmt::print("    without Engram tables and DSpark {:>7}\n", human(pc.total - pc.engram_tables - pc.dspark));
+  fmt::print("  activated per decode token    {:>12}  (all {} layers + head)\n", human(pc.active_decode), s.num_hidden_layers);
+  fmt::print("    encoder (layers 0-{})       {:>12}\n", first_decoder_layer(s) - 1, human(pc.active_encoder));
   fmt::print("    decoder (layers {}-{})      {:>12}\n", first_decoder_layer(s), s.num_hidden_layers - 1,
-             human(p.active_decoder));
-  fmt::print("  activated per prefill token   {:>12}  (layers 0-{}, bounded replay)\n", human(p.active_prefill),
+             human(pc.active_decoder));
+  fmt::print("  activated per prefill token   {:>12}  (layers 0-{}, bounded replay)\n", human(pc.active_prefill),
              first_decoder_layer(s));
   const auto c = cache_bytes(s);
   fmt::print("\ncache:\n");

@@ -392,6 +392,7 @@ const Bad kMalformed[] = {
     {"sharded_unindexed_tensor", Code::format_error, "tensor 'b' in shard 'model-00001-of-00002.safetensors' is not listed in model.safetensors.index.json"},
     {"sharded_path_traversal", Code::format_error, "shard name '../model-00001-of-00002.safetensors' for tensor 'a' is not a plain file name"},
     {"sharded_index_not_json", Code::format_error, "model.safetensors.index.json: not valid JSON"},
+    {"sharded_index_empty", Code::format_error, "model.safetensors.index.json: not valid JSON: empty"},
     {"sharded_index_not_object", Code::format_error, "model.safetensors.index.json is not a JSON object"},
     {"sharded_no_weight_map", Code::format_error, "model.safetensors.index.json has no 'weight_map' object"},
     {"sharded_empty_weight_map", Code::format_error, "'weight_map' is empty"},

@@ -162,6 +162,18 @@ class Forward {
     return Status::Ok();
   }
 
+  // The Markov term draft adds to logits_i for out_i = t: markov.embed[t] · markov.headᵀ, FP32 [V].
+  Status markov_bias(int32_t t, std::vector<float>& bias) const {
+    if (s_.n_dspark() == 0) return error(Code::unsupported, "markov_bias: this model has no DSpark stages");
+    if (t < 0 || t >= s_.vocab_size) return error(Code::invalid_argument, "markov_bias: token outside the vocabulary");
+    const LayerWeights& last = w_.layers[s_.num_hidden_layers + s_.n_dspark() - 1];
+    std::vector<float> e(static_cast<size_t>(s_.dspark_markov_rank));
+    last.markov_embed.row(t, e.data());
+    bias.assign(size_t(s_.vocab_size), 0.f);
+    linear(last.markov_head, e.data(), 1, bias.data(), Lin::F32);
+    return Status::Ok();
+  }
+
  private:
   void unit(int l, SequenceState& st, ForwardShared& sh, const int32_t* ids, const int64_t* hash, float* H, float* pre,
             int S, int64_t p0, ForwardResult& res, const ForwardHooks* hooks) const {

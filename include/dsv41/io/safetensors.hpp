@@ -5,12 +5,15 @@
 // on read (the safetensors spec and its Rust reference implementation, plus a few stricter ones):
 //  - the file holds at least 8 bytes; 0 < N <= kMaxHeaderBytes (100 MB, as the reference) and
 //    N <= file size - 8;
-//  - the header starts with '{' and is one valid JSON object (UTF-8), optionally followed by
-//    whitespace (the spec pads with spaces); duplicate keys anywhere are rejected;
-//  - "__metadata__", when present, is an object of string -> string;
-//  - every other entry is an object with exactly "dtype" (a DType name), "shape" (array of
-//    non-negative integers, each <= INT64_MAX, product and byte size overflow-checked) and
-//    "data_offsets" ([begin, end] non-negative integers, begin <= end);
+//  - the header starts with '{' (a MUST of the spec, which safetensors 0.8 does not enforce) and
+//    is one valid JSON object (UTF-8, no NUL byte), optionally followed by whitespace (the spec
+//    pads with spaces); duplicate keys anywhere are rejected (the spec forbids them; nlohmann and
+//    safetensors 0.8 would silently keep one);
+//  - "__metadata__", when present, is an object of string -> string (null is refused);
+//  - every other entry is an object with exactly "dtype" (a DType name; other spec dtypes such as
+//    U32 or F8_E5M2 are refused as unsupported), "shape" (array of non-negative integers, each
+//    <= INT64_MAX, product and byte size overflow-checked) and "data_offsets" ([begin, end],
+//    non-negative integers, begin <= end); unknown fields are refused;
 //  - end - begin == numel * dtype_size, end <= data section size;
 //  - the ranges, sorted, tile the data section exactly: no overlap, no hole, no trailing bytes
 //    (the Rust reference rejects holes and uncovered bytes, which also prevents polyglot files).
@@ -133,6 +136,10 @@ inline std::optional<nlohmann::json> parse_json_unique(const char* first, const 
     std::string name;  // key under which this object sits ("" for the root)
     std::string last;  // last key read at this level
   };
+  if (first == nullptr || first == last) {
+    err = "not valid JSON: empty";
+    return std::nullopt;
+  }
   // nlohmann's lexer takes a NUL byte for the end of input, which would let anything after it
   // pass; JSON text never holds a raw NUL, so refuse it up front.
   if (const void* z = std::memchr(first, 0, static_cast<size_t>(last - first))) {

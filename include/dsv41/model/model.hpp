@@ -157,6 +157,9 @@ class Model {
     if (st.pos + int64_t(ids.size()) > st.max_positions)
       return error(Code::out_of_range, "prefill: prompt of " + std::to_string(ids.size()) + " tokens does not fit the " +
                                            std::to_string(st.max_positions - st.pos) + " positions left");
+    for (int32_t id : ids)
+      if (id < 0 || id >= shape_.vocab_size)
+        return error(Code::invalid_argument, "prefill: token id " + std::to_string(id) + " outside the vocabulary");
     const size_t chunk = opt.chunk > 0 ? size_t(opt.chunk) : ids.size();
     cpu::ForwardResult r;
     for (size_t i = 0; i < ids.size(); i += chunk) {

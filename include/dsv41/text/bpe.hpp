@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -73,6 +74,76 @@ class MergeTable {
   std::vector<Entry> slots_;
   size_t mask_ = 0;
   size_t size_ = 0;
+};
+
+// Memo of word -> ids for one encode call (open addressing; keys and ids in arenas).
+class WordCache {
+ public:
+  static uint64_t hash(std::string_view w) {
+    uint64_t h = 0x243F6A8885A308D3ull ^ w.size();
+    size_t i = 0;
+    for (; i + 8 <= w.size(); i += 8) {
+      uint64_t c;
+      std::memcpy(&c, w.data() + i, 8);
+      h = (h ^ c) * 0x9E3779B97F4A7C15ull;
+      h ^= h >> 29;
+    }
+    uint64_t c = 0;
+    std::memcpy(&c, w.data() + i, w.size() - i);
+    h = (h ^ c) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 32;
+    return h * 0xBF58476D1CE4E5B9ull ^ (h >> 31);
+  }
+
+  // The cached ids of w (count in n), or nullptr.
+  const int32_t* find(std::string_view w, uint64_t h, uint32_t& n) const {
+    if (slots_.empty()) return nullptr;
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (!s.used) return nullptr;
+      if (s.h == h && s.key_len == w.size() && std::memcmp(keys_.data() + s.key_off, w.data(), w.size()) == 0) {
+        n = s.ids_len;
+        return ids_.data() + s.ids_off;
+      }
+    }
+  }
+
+  void insert(std::string_view w, uint64_t h, const int32_t* ids, size_t n) {
+    if (w.size() > 0xFFFF || n > 0xFFFF || count_ >= kMaxEntries) return;
+    if ((count_ + 1) * 2 > slots_.size()) grow();
+    size_t i = h & mask_;
+    while (slots_[i].used) i = (i + 1) & mask_;
+    slots_[i] = {h, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(ids_.size()),
+                 static_cast<uint16_t>(w.size()), static_cast<uint16_t>(n), true};
+    keys_.append(w);
+    ids_.insert(ids_.end(), ids, ids + n);
+    ++count_;
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = size_t{1} << 18;
+  struct Slot {
+    uint64_t h = 0;
+    uint32_t key_off = 0, ids_off = 0;
+    uint16_t key_len = 0, ids_len = 0;
+    bool used = false;
+  };
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(old.empty() ? 4096 : old.size() * 2, Slot{});
+    mask_ = slots_.size() - 1;
+    for (const Slot& s : old)
+      if (s.used) {
+        size_t i = s.h & mask_;
+        while (slots_[i].used) i = (i + 1) & mask_;
+        slots_[i] = s;
+      }
+  }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  size_t count_ = 0;
+  std::string keys_;
+  std::vector<int32_t> ids_;
 };
 
 // Working memory for merging one word; reused across words.

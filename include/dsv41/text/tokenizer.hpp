@@ -254,6 +254,8 @@ class Tokenizer {
     return std::nullopt;
   }
 
+  // The token's text: the model's token, or an added token's content (normalized first
+  // when the token is `normalized`, as `tokenizers` reports it).
   std::optional<std::string> id_to_token(int32_t id) const {
     const std::string* s = token_string(id);
     if (!s) return std::nullopt;
@@ -295,6 +297,7 @@ class Tokenizer {
   std::vector<std::string> model_tokens_; // id -> model token
   std::vector<std::string> decoded_;      // id -> bytes the decoder produces
   std::vector<uint8_t> id_kind_;
+  std::vector<uint8_t> skippable_;  // decode(skip_special): the token's text is a special token's content
   MergeTable merges_;
   std::array<int32_t, 256> byte_ids_{};
   std::array<std::string, 256> byte_chars_{};
@@ -311,6 +314,7 @@ class Tokenizer {
   std::vector<AddedToken> added_;  // in the order `tokenizers` matches them: special, then others
   detail::StringMap<int32_t> added_map_;
   std::unordered_map<int32_t, size_t> added_by_id_;  // id -> index in added_
+  std::vector<std::string> added_text_;  // what id_to_token/decode give: normalized content if normalized
   detail::AddedMatcher raw_added_, norm_added_;
   std::vector<std::string> warnings_;
 
@@ -325,18 +329,17 @@ class Tokenizer {
     RegexScratch rx;
     BpeScratch bpe;
     std::vector<int32_t> word;
-    detail::StringMap<std::pair<uint32_t, uint32_t>> cache;  // word -> (offset, count) in cache_ids
-    std::vector<int32_t> cache_ids;
+    WordCache cache;
   };
 
   const std::string* token_string(int32_t id) const {
     if (id < 0 || static_cast<size_t>(id) >= id_kind_.size() || id_kind_[id] == kAbsent) return nullptr;
-    if (id_kind_[id] != kModel) return &added_[added_by_id_.at(id)].content;
+    if (id_kind_[id] != kModel) return &added_text_[added_by_id_.at(id)];
     return &model_tokens_[id];
   }
   const std::string* decoded(int32_t id, bool skip_special) const {
     if (id < 0 || static_cast<size_t>(id) >= id_kind_.size() || id_kind_[id] == kAbsent) return nullptr;
-    if (skip_special && id_kind_[id] == kSpecial) return nullptr;
+    if (skip_special && skippable_[id]) return nullptr;
     return &decoded_[id];
   }
 
@@ -410,6 +413,9 @@ class Tokenizer {
     sc.cat.clear();
     sc.boff.clear();
     sc.bytes.assign(s.data(), s.size());
+    sc.cp.reserve(s.size() + 1);
+    sc.cat.reserve(s.size() + 1);
+    sc.boff.reserve(s.size() + 1);
     const auto* p = reinterpret_cast<const unsigned char*>(s.data());
     size_t i = 0;
     while (i < s.size()) {
@@ -555,11 +561,30 @@ class Tokenizer {
 
   void encode_word(std::string_view w, Scratch& sc, std::vector<int32_t>& out) const {
     if (w.empty()) return;
+    if (byte_level_ && w.size() <= 2) {  // short words: cheaper than the cache
+      const int32_t a = byte_ids_[static_cast<unsigned char>(w[0])];
+      if (w.size() == 1 && a >= 0) {
+        out.push_back(a);  // also what ignore_merges finds
+        return;
+      }
+      const int32_t b = w.size() == 2 ? byte_ids_[static_cast<unsigned char>(w[1])] : -1;
+      if (a >= 0 && b >= 0 && !ignore_merges_) {
+        if (const auto* m = merges_.find(a, b)) {
+          out.push_back(m->id);
+        } else {
+          out.push_back(a);
+          out.push_back(b);
+        }
+        return;
+      }
+    }
     const bool cacheable = w.size() < 256;
+    uint64_t h = 0;
     if (cacheable) {
-      if (auto it = sc.cache.find(w); it != sc.cache.end()) {
-        out.insert(out.end(), sc.cache_ids.begin() + it->second.first,
-                   sc.cache_ids.begin() + it->second.first + it->second.second);
+      h = WordCache::hash(w);
+      uint32_t n;
+      if (const int32_t* ids = sc.cache.find(w, h, n)) {
+        out.insert(out.end(), ids, ids + n);
         return;
       }
     }
@@ -598,11 +623,7 @@ class Tokenizer {
       bpe_merge(merges_, word, sc.bpe);
     }
     out.insert(out.end(), word.begin(), word.end());
-    if (cacheable && sc.cache.size() < 100000) {
-      sc.cache.emplace(std::string(w), std::make_pair(static_cast<uint32_t>(sc.cache_ids.size()),
-                                                      static_cast<uint32_t>(word.size())));
-      sc.cache_ids.insert(sc.cache_ids.end(), word.begin(), word.end());
-    }
+    if (cacheable) sc.cache.insert(w, h, word.data(), word.size());
   }
 
   // ---- normalization ----
@@ -979,13 +1000,16 @@ class Tokenizer {
       added_by_id_[id] = k;
     }
     // Matchers: non-normalized tokens on the raw text, the others on normalized text.
+    // tokenizers also reports a normalized token by its normalized content.
     Scratch sc;
+    added_text_.resize(added_.size());
     for (size_t k = 0; k < added_.size(); ++k) {
       if (!added_[k].normalized) {
         raw_added_.add(added_[k].content, static_cast<int32_t>(k));
+        added_text_[k] = added_[k].content;
       } else {
-        const std::string n = normalizers_.empty() ? added_[k].content : normalize(added_[k].content, sc);
-        norm_added_.add(n, static_cast<int32_t>(k));
+        added_text_[k] = normalizers_.empty() ? added_[k].content : normalize(added_[k].content, sc);
+        norm_added_.add(added_text_[k], static_cast<int32_t>(k));
       }
     }
     // Byte-level tables.
@@ -1014,11 +1038,18 @@ class Tokenizer {
       for (const auto& [tok, id] : vocab_)
         if (unmap(tok, raw)) raw_vocab_.emplace(raw, id);
     }
+    // Like tokenizers, skipping tests the token's text against the special contents (so a
+    // special token reported by a normalized text that differs is not skipped).
+    std::unordered_set<std::string_view> special_text;
+    for (const AddedToken& a : added_)
+      if (a.special) special_text.insert(a.content);
     decoded_.assign(id_kind_.size(), std::string());
+    skippable_.assign(id_kind_.size(), 0);
     for (size_t id = 0; id < id_kind_.size(); ++id) {
       const std::string* s = token_string(static_cast<int32_t>(id));
       if (!s) continue;
       decoded_[id] = byte_level_decoder_ && unmap(*s, raw) ? raw : *s;
+      skippable_[id] = special_text.count(*s) ? 1 : 0;
     }
     return Status::Ok();
   }

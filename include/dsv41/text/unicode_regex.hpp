@@ -9,6 +9,7 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -23,6 +24,14 @@ namespace dsv41::text {
 
 // Unicode general category, numbered as utf8proc does (0 = Cn, 1 = Lu, ..., 29 = Co).
 inline uint8_t general_category(uint32_t cp) {
+  static constexpr uint8_t kAscii[128] = {
+      26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 26,
+      26, 26, 26, 26, 26, 26, 26, 26, 26, 26, 23, 18, 18, 18, 20, 18, 18, 18, 14, 15, 18, 19,
+      18, 13, 18, 18, 9,  9,  9,  9,  9,  9,  9,  9,  9,  9,  18, 18, 19, 19, 19, 18, 18, 1,
+      1,  1,  1,  1,  1,  1,  1,  1,  1,  1,  1,  1,  1,  1,  1,  1,  1,  1,  1,  1,  1,  1,
+      1,  1,  1,  14, 18, 15, 21, 12, 21, 2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,
+      2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  14, 19, 15, 19, 26};
+  if (cp < 128) return kAscii[cp];
   return static_cast<uint8_t>(utf8proc_category(static_cast<utf8proc_int32_t>(cp)));
 }
 
@@ -73,7 +82,19 @@ struct RegexScratch {
   struct Frame {
     int kind, pc, pos, aux;
   };
-  std::vector<Frame> stack;
+  // The backtracking stack: a vector whose push stays inline (growth is the rare path).
+  struct Stack {
+    std::vector<Frame> v;
+    size_t n = 0;
+    size_t size() const { return n; }
+    void push(Frame f) {
+      if (n == v.size()) v.resize(v.empty() ? 64 : v.size() * 2);
+      v[n++] = f;
+    }
+    Frame pop() { return v[--n]; }
+    void resize(size_t k) { n = k; }
+  };
+  Stack stack;
   std::vector<int> regs;
 };
 
@@ -141,7 +162,7 @@ class Regex {
  private:
   enum class Op : uint8_t {
     Char, CharI, Class, Any, AnyNL, Split, Jmp, Match, Repeat, Look, Atomic,
-    Bol, Eol, Bos, Eos, EosNl, WordB, NotWordB, Mark, Progress,
+    Bol, Eol, Bos, Eos, EosNl, WordB, NotWordB, Mark, Progress, Dispatch,
   };
   enum RepMode : uint8_t { kGreedy = 0, kLazy = 1, kPossessive = 2 };
   struct Inst {
@@ -165,6 +186,9 @@ class Regex {
 
   std::vector<Inst> prog_;
   std::vector<CharClass> classes_;
+  // Dispatch tables: for an ASCII code point, where in an alternation's chain of Splits to
+  // start (skipping alternatives whose first code point cannot be it).
+  std::vector<std::array<int32_t, 128>> dispatch_;
   int first_ = -1;  // class of possible first code points, -1 when the pattern can match empty
   int nregs_ = 0;
 
@@ -252,11 +276,14 @@ class Regex {
             pc = in.y;
             continue;
           }
-          st.push_back({kBranch, in.y, pos, 0});
+          st.push({kBranch, in.y, pos, 0});
           pc = in.x;
           continue;
         case Op::Jmp:
           pc = in.x;
+          continue;
+        case Op::Dispatch:
+          pc = pos < t.hi && t.cp[pos] < 128 ? dispatch_[in.x][t.cp[pos]] : pc + 1;
           continue;
         case Op::Match:
           st.resize(base);
@@ -268,7 +295,7 @@ class Regex {
             int p = pos;
             for (int k = 0; k < in.min; ++k, ++p)
               if (p >= t.hi || !single(in, t, p)) goto fail;
-            st.push_back({kRepLazy, pc, p, in.min});
+            st.push({kRepLazy, pc, p, in.min});
             pos = p;
             ++pc;
             continue;
@@ -285,7 +312,7 @@ class Regex {
               while (p < lim && single(in, t, p)) ++p;
           }
           if (p - start < in.min) goto fail;
-          if (in.mode == kGreedy && p - start > in.min) st.push_back({kRepGreedy, pc + 1, p, start + in.min});
+          if (in.mode == kGreedy && p - start > in.min) st.push({kRepGreedy, pc + 1, p, start + in.min});
           pos = p;
           ++pc;
           continue;
@@ -325,7 +352,7 @@ class Regex {
           goto fail;
         }
         case Op::Mark:
-          st.push_back({kRestore, in.x, sc.regs[in.x], 0});
+          st.push({kRestore, in.x, sc.regs[in.x], 0});
           sc.regs[in.x] = pos;
           ++pc;
           continue;
@@ -336,8 +363,7 @@ class Regex {
     fail:
       for (;;) {
         if (st.size() == base) return -1;
-        const RegexScratch::Frame f = st.back();
-        st.pop_back();
+        const RegexScratch::Frame f = st.pop();
         if (f.kind == kBranch) {
           pc = f.pc;
           pos = f.pos;
@@ -345,7 +371,7 @@ class Regex {
         }
         if (f.kind == kRepGreedy) {
           const int p = f.pos - 1;
-          if (p > f.aux) st.push_back({kRepGreedy, f.pc, p, f.aux});
+          if (p > f.aux) st.push({kRepGreedy, f.pc, p, f.aux});
           pc = f.pc;
           pos = p;
           break;
@@ -353,7 +379,7 @@ class Regex {
         if (f.kind == kRepLazy) {
           const Inst& ri = prog_[f.pc];
           if ((ri.max < 0 || f.aux < ri.max) && f.pos < t.hi && single(ri, t, f.pos)) {
-            st.push_back({kRepLazy, f.pc, f.pos + 1, f.aux + 1});
+            st.push({kRepLazy, f.pc, f.pos + 1, f.aux + 1});
             pc = f.pc + 1;
             pos = f.pos + 1;
             break;
@@ -1052,17 +1078,34 @@ class Regex {
           return Status::Ok();
         case Node::Alt: {
           const std::vector<int> kids = n.kids;
-          std::vector<size_t> jumps;
+          std::vector<size_t> jumps, starts;
+          std::vector<int> guards;
+          size_t dispatch = 0;
+          if (kids.size() >= 3) dispatch = emit_inst({Op::Dispatch});
           for (size_t a = 0; a + 1 < kids.size(); ++a) {
             const size_t split = emit_inst({Op::Split});
+            starts.push_back(split);
             re_.prog_[split].x = static_cast<int32_t>(split + 1);
             if (!nullable(kids[a])) re_.prog_[split].guard = first_class(kids[a]);
+            guards.push_back(re_.prog_[split].guard);
             DSV41_TRY(emit(kids[a]));
             jumps.push_back(emit_inst({Op::Jmp}));
             re_.prog_[split].y = static_cast<int32_t>(re_.prog_.size());
           }
+          starts.push_back(re_.prog_.size());
           DSV41_TRY(emit(kids.back()));
           for (size_t j : jumps) re_.prog_[j].x = static_cast<int32_t>(re_.prog_.size());
+          if (kids.size() >= 3) {
+            // The first alternative whose guard admits c; the last one takes the rest.
+            std::array<int32_t, 128> table{};
+            for (uint32_t c = 0; c < 128; ++c) {
+              size_t a = 0;
+              while (a < guards.size() && guards[a] >= 0 && !re_.class_match(guards[a], c, general_category(c))) ++a;
+              table[c] = static_cast<int32_t>(starts[a]);
+            }
+            re_.prog_[dispatch].x = static_cast<int32_t>(re_.dispatch_.size());
+            re_.dispatch_.push_back(table);
+          }
           return Status::Ok();
         }
         case Node::Look:

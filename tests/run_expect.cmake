@@ -1,0 +1,10 @@
+# Runs CMD (a ;-list), checks its exit code against EXPECT_RC and its output against REGEX.
+execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(REPLACE "\n" " " flat "${out} ${err}")
+message("${out}${err}")
+if(NOT rc STREQUAL "${EXPECT_RC}")
+  message(FATAL_ERROR "exit code ${rc}, expected ${EXPECT_RC}")
+endif()
+if(NOT flat MATCHES "${REGEX}")
+  message(FATAL_ERROR "output does not match: ${REGEX}")
+endif()
