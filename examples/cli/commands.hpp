@@ -12,5 +12,8 @@ struct Command {
 
 Command add_inspect(CLI::App& app);
 Command add_golden(CLI::App& app);
+Command add_template(CLI::App& app);
+Command add_parse(CLI::App& app);
+Command add_tokenize(CLI::App& app);
 
 }  // namespace dsv41::cli

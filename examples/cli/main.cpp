@@ -8,7 +8,8 @@
 int main(int argc, char** argv) {
   CLI::App app{"dsv41: DeepSeek-V4.1-Flash inference"};
   app.require_subcommand(1);
-  std::vector<dsv41::cli::Command> cmds = {dsv41::cli::add_inspect(app), dsv41::cli::add_golden(app)};
+  using namespace dsv41::cli;
+  std::vector<Command> cmds = {add_inspect(app), add_golden(app), add_template(app), add_parse(app), add_tokenize(app)};
   CLI11_PARSE(app, argc, argv);
   for (auto& c : cmds)
     if (c.sub->parsed()) return c.run(c.opts);

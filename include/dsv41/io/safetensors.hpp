@@ -109,8 +109,12 @@ inline std::string quote(std::string_view s) {
 
 inline std::string shape_string(const std::vector<int64_t>& shape) {
   std::string r = "[";
-  for (size_t i = 0; i < shape.size(); ++i) r += (i ? "," : "") + std::to_string(shape[i]);
-  return r + "]";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) r += ',';
+    r += std::to_string(shape[i]);
+  }
+  r += ']';
+  return r;
 }
 
 // Converts a stray exception (only allocation failure is expected) into a Status.

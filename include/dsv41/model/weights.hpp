@@ -98,8 +98,12 @@ namespace detail {
 
 inline std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) r += ", ";
+    r += std::to_string(s[i]);
+  }
+  r += ']';
+  return r;
 }
 
 }  // namespace detail
