@@ -203,27 +203,32 @@ TEST_CASE("sampler: top-k, top-p and min-p masks", "[generate][sampler]") {
   CHECK(validate(SamplingParams{}).ok());
 }
 
-TEST_CASE("verify: greedy accepts while the draft is the argmax", "[generate][spec]") {
+TEST_CASE("verify_drafts: greedy accepts while the draft is the argmax", "[generate][spec]") {
   const int V = 4;
   // Rows' argmax: 2, 0, 3, 1.
   const std::vector<float> target = {0, 1, 5, 2, 9, 1, 1, 1, 0, 0, 0, 4, 0, 7, 0, 0};
   Sampler g(SamplingParams{});
   std::vector<int32_t> d = {2, 0, 3};
-  auto v = verify(target, V, d, {}, g);
+  auto v = *verify_drafts(target, V, d, {}, g);
   CHECK(v.accepted == 3);
   CHECK(v.next == 1);
   d = {2, 1, 3};
-  v = verify(target, V, d, {}, g);
+  v = *verify_drafts(target, V, d, {}, g);
   CHECK(v.accepted == 1);
   CHECK(v.next == 0);
-  v = verify(std::span(target).first(4), V, {}, {}, g);
+  v = *verify_drafts(std::span(target).first(4), V, {}, {}, g);
   CHECK(v.accepted == 0);
   CHECK(v.next == 2);
+  CHECK(verify_drafts(target, V, std::vector<int32_t>{2}, {}, g).status().code() == Code::invalid_argument);
+  SamplingParams sp;
+  sp.temperature = 1.f;
+  Sampler smp(sp);
+  CHECK(verify_drafts(target, V, d, {}, smp).status().code() == Code::invalid_argument);
 }
 
 // A target Markov chain T and a different draft chain Q over 4 tokens. Speculative steps (drafts drawn
 // from Q, verified against T's rows) must give the first two tokens after y the law T[y][a]·T[a][b].
-TEST_CASE("verify: speculative sampling preserves the target distribution", "[generate][spec]") {
+TEST_CASE("verify_drafts: speculative sampling preserves the target distribution", "[generate][spec]") {
   const int V = 4, K = 3;
   const double T[4][4] = {{0.1, 0.4, 0.3, 0.2}, {0.25, 0.25, 0.25, 0.25}, {0.7, 0.1, 0.1, 0.1}, {0.05, 0.05, 0.3, 0.6}};
   const double Q[4][4] = {{0.1, 0.5, 0.2, 0.2}, {0.0, 0.6, 0.4, 0.0}, {0.4, 0.2, 0.2, 0.2}, {1.0, 0.0, 0.0, 0.0}};
@@ -259,7 +264,7 @@ TEST_CASE("verify: speculative sampling preserves the target distribution", "[ge
           rows.insert(rows.end(), logT.begin() + size_t(d) * V, logT.begin() + size_t(d + 1) * V);
           prev = d;
         }
-        const Verdict v = verify(rows, V, drafts, q, s);
+        const Verdict v = *verify_drafts(rows, V, drafts, q, s);
         acc += v.accepted;
         drafted += K;
         for (int i = 0; i < v.accepted; ++i) out.push_back(drafts[i]);
@@ -380,6 +385,11 @@ TEST_CASE("generate: stop ids, max tokens, cancellation, errors", "[generate][mo
   REQUIRE(r.ok());
   CHECK(r->tokens.empty());
   CHECK(small.pos == 4);
+  // The Markov term used to redraw sampled drafts (cpu::Forward::markov_bias).
+  std::vector<float> bias;
+  REQUIRE(m.backend().markov_bias(7, bias).ok());
+  CHECK(bias.size() == size_t(m.shape().vocab_size));
+  CHECK(m.backend().markov_bias(512, bias).code() == Code::invalid_argument);
 }
 
 TEST_CASE("generate: speculative greedy returns exactly the greedy tokens", "[generate][spec][model]") {
@@ -408,6 +418,43 @@ TEST_CASE("generate: speculative greedy returns exactly the greedy tokens", "[ge
   WARN("tiny-ced greedy DSpark: " << steps << " verify steps, " << accepted << " of " << drafted
                                   << " drafts accepted, mean accepted length " << mean << " drafts/step ("
                                   << 1.0 + mean << " tokens per verify forward)");
+}
+
+// A prompt whose 6th token meets an exact candidate-block score tie (relu-dead zeros): the candidate
+// mask must depend on the row alone, so a row inside a verify block [y, d1..dk] equals it decoded alone.
+TEST_CASE("generate: speculative greedy equals greedy where a candidate-block tie occurs",
+          "[generate][spec][model]") {
+  const auto& m = tiny();
+  std::vector<int32_t> ids(11);
+  uint32_t x = 2654435761u + 1;
+  for (auto& t : ids) {
+    x = x * 1664525u + 1013904223u;
+    t = int32_t(3 + (x >> 8) % 500);
+  }
+  // The forward itself: row 0 of a 6-token block against the same token alone.
+  SequenceState st = m.new_sequence(32);
+  std::vector<int32_t> prefix = ids;
+  prefix.insert(prefix.end(), {257, 125});
+  PrefillOptions one;
+  one.chunk = 1;
+  REQUIRE(m.prefill(st, prefix, nullptr, one).ok());
+  SequenceState alone = st, in_block = st;
+  cpu::ForwardResult ra, rb;
+  const std::vector<int32_t> y = {407}, block = {407, 400, 401, 402, 403, 404};
+  REQUIRE(m.forward(alone, y, ra).ok());
+  REQUIRE(m.forward(in_block, block, rb, true).ok());
+  const bool same_row = std::equal(ra.logits.begin(), ra.logits.end(), rb.logits.begin());
+  CHECK(same_row);
+  // And generation.
+  GenerateOptions o;
+  o.max_tokens = 8;
+  SequenceState plain = m.new_sequence(32), spec = m.new_sequence(32);
+  auto a = generate(m, plain, ids, o);
+  o.speculative = true;
+  auto b = generate(m, spec, ids, o);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(b->tokens == a->tokens);
 }
 
 // Drafts that are right for a while: every acceptance length, bonus tokens, and the exact rollback of

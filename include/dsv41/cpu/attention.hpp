@@ -44,10 +44,10 @@ inline std::vector<int32_t> topk_row(const float* score, int n, int k) {
   return out;
 }
 
-// §4.5 candidate mask of one row. score holds the row's n scores (−inf past its n_vis visible entries);
-// blocks are scored by their best entry over all n (the reference pads the chunk's width to whole blocks).
-// Exact ties between block scores (relu-dead heads give exact zeros) are broken as the reference's CPU
-// torch.topk breaks them: std::nth_element (or std::partial_sort when k·64 ≤ blocks) on (score, block).
+// §4.5 candidate mask of one row over its n_vis visible entries (callers pass n = n_vis, so the result
+// depends on the row alone, whatever the chunk). Exact ties between block scores (relu-dead heads give
+// exact zeros) are broken as the reference's CPU torch.topk breaks them: std::nth_element (or
+// std::partial_sort when k·64 ≤ blocks) on (score, block); the fixtures were made that way.
 inline std::vector<char> candidate_mask(const float* score, int n, int n_vis, int topk_blocks, int block) {
   std::vector<char> mask(static_cast<size_t>(n_vis), 0);
   if (n == 0) return mask;
@@ -165,7 +165,7 @@ inline std::vector<int32_t> index_select(const AttnContext& c, const LayerState&
       sc[j] = acc;
     }
     if (c.role.candidate_source)
-      sh.cand[t] = candidate_mask(sc, n, vis, s.candidate_topk_blocks, s.candidate_block_size);
+      sh.cand[t] = candidate_mask(sc, vis, vis, s.candidate_topk_blocks, s.candidate_block_size);
     else if (c.role.uses_candidates)
       for (int j = 0; j < vis; ++j)
         if (t >= int(sh.cand.size()) || j >= int(sh.cand[t].size()) || !sh.cand[t][j]) sc[j] = kNegInf;

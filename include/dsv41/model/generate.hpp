@@ -2,9 +2,14 @@
 // verify each block in one forward of the main model with lossless speculative sampling (SPEC §4.9).
 //
 // State contract: on return the state holds the prompt and every returned token except the last one
-// (the last token has been sampled but not run; pass it first in the next prompt to continue). This
-// holds for every finish reason and in both modes, byte for byte. A cancelled prefill leaves the
-// chunks already run (prompt_done says how many tokens).
+// (the last token has been sampled but not run; pass it first in the next prompt to continue), for
+// every finish reason and in both modes: speculative steps roll rejected positions back (rollback.hpp).
+// A cancelled prefill leaves the chunks already run (prompt_done says how many tokens).
+//
+// Speculative greedy returns the tokens of plain greedy, and a speculative run leaves the state byte-identical
+// to one that ran the same ids one at a time, as far as the forward is chunk-invariant (a block's rows equal
+// the same rows decoded alone). cpu/attention.hpp currently breaks that on exact candidate-block score ties:
+// see the [!mayfail] case in tests/unit/test_generate.cpp.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -74,9 +79,14 @@ struct Verdict {
 // (unused when greedy). Greedy: accept while d_i equals the target argmax, next = the argmax after them.
 // Sampling with p_t = probabilities(target row, params): accept d_i with probability min(1, p_t/p_d),
 // else draw next from max(0, p_t − p_d) normalized; all accepted: next drawn from the last row.
-inline Verdict verify(std::span<const float> target, int V, std::span<const int32_t> drafts,
-                      std::span<const double> draft_probs, Sampler& sampler) {
+inline Result<Verdict> verify_drafts(std::span<const float> target, int V, std::span<const int32_t> drafts,
+                                     std::span<const double> draft_probs, Sampler& sampler) {
   const int k = int(drafts.size());
+  if (V <= 0 || target.size() != size_t(k + 1) * size_t(V) ||
+      (!sampler.greedy() && draft_probs.size() != size_t(k) * size_t(V)))
+    return error(Code::invalid_argument, "verify_drafts: sizes do not match k drafts over V tokens");
+  for (int32_t d : drafts)
+    if (d < 0 || d >= V) return error(Code::invalid_argument, "verify_drafts: draft outside the vocabulary");
   auto row = [&](int i) { return target.subspan(size_t(i) * V, size_t(V)); };
   Verdict v;
   if (sampler.greedy()) {
@@ -107,7 +117,7 @@ inline Verdict verify(std::span<const float> target, int V, std::span<const int3
 
 // Runs prompt at the state's next positions, then generates. Errors (nothing run): empty prompt, ids
 // outside the vocabulary, a prompt longer than the positions left, bad options, speculative on a model
-// without DSpark. Speculative greedy returns exactly the tokens of plain greedy.
+// without DSpark or drafter.
 template <class C, class B>
 Result<GenerateResult> generate(const Model<C, B>& m, SequenceState& st, std::span<const int32_t> prompt,
                                 const GenerateOptions& o) {
@@ -231,7 +241,9 @@ Result<GenerateResult> generate(const Model<C, B>& m, SequenceState& st, std::sp
     }
     const Snapshot snap = snapshot(m, st, block);
     DSV41_TRY(m.forward(st, block, fr, /*all_logits=*/true));
-    const Verdict v = verify(fr.logits, V, std::span<const int32_t>(block).subspan(1), qs, sampler);
+    auto verdict = verify_drafts(fr.logits, V, std::span<const int32_t>(block).subspan(1), qs, sampler);
+    if (!verdict.ok()) return verdict.status();
+    const Verdict v = *verdict;
     if (block.size() > 1) {
       ++res.spec_steps;
       res.drafted += int64_t(block.size()) - 1;

@@ -4,12 +4,13 @@
 // and index key counts, the Engram history and pos. restore(state, snap, keep) then leaves exactly the
 // first `keep` of the n ids processed.
 //
-// Exact partial restore: the kept positions' ring slots, compressed entries and index keys are the ones
-// the forward wrote (the forward is row-wise, so they equal what running only the kept ids writes); the
-// rest is put back from the snapshot. It is impossible in two cases, where restore() falls back to the
-// start and reports that the kept ids must run again (rollback() does so in one forward):
-//  - a compressor needs pending rows of kept positions that the forward already pooled into a group
-//    completed by a rejected position (e.g. ratio 2, an odd number of positions kept);
+// Exact partial restore: the kept positions' ring slots, compressed entries, index keys and pending rows
+// are the ones the forward wrote, which equal what running only the kept ids writes as far as the forward
+// is chunk-invariant (its rows are causal); the rest is put back from the snapshot. Two cases make that
+// impossible; there restore() falls back to the start and reports that the kept ids must run again
+// (rollback() runs them in one forward):
+//  - the kept positions end inside a compressor group that a rejected position completed: the forward
+//    pooled the kept rows of that group and dropped them (ratio 2: every other keep, on average);
 //  - n > W and 0 < keep < n: the forward overwrote ring slots of kept positions.
 #pragma once
 #include <algorithm>
@@ -66,10 +67,11 @@ inline Snapshot snapshot(const ModelShape& s, std::span<const LayerRole> sched, 
     const LayerState& ls = st.layers[l];
     LayerSnapshot& o = sn.layers[l];
     if (l < sched.size() && sched[l].mode == AttnMode::Full && sched[l].ratio > 0) o.ratio = sched[l].ratio;
-    o.slots.resize(size_t(n_slots) * we);
-    if (ls.ring.size() == size_t(W) * we)
+    if (ls.ring.size() == size_t(W) * we) {
+      o.slots.resize(size_t(n_slots) * we);
       for (int j = 0; j < n_slots; ++j)
         std::copy_n(ls.ring.data() + size_t((st.pos + j) % W) * we, we, o.slots.data() + size_t(j) * we);
+    }
     o.pend_kv = ls.pend_kv;
     o.pend_score = ls.pend_score;
     o.n_entries = ls.n_entries;
