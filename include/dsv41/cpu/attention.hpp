@@ -19,6 +19,13 @@ namespace dsv41::cpu {
 struct ForwardShared {
   std::vector<std::vector<int32_t>> lists;  // per layer: [rows, index_topk], ascending, −1 = none
   std::vector<std::vector<char>> cand;      // candidate source: per row, mask over its visible entries
+
+  // Keeps rows [off, S) (bounded replay continues with the tail only).
+  void keep_tail(int off, int S, int k) {
+    for (auto& l : lists)
+      if (l.size() == size_t(S) * k) l.erase(l.begin(), l.begin() + size_t(off) * k);
+    if (cand.size() == size_t(S)) cand.erase(cand.begin(), cand.begin() + off);
+  }
 };
 
 struct AttnContext {
@@ -27,6 +34,8 @@ struct AttnContext {
   const LayerWeights& w;
   const RopeTable& rope;
   const ForwardHooks* hooks;
+  int64_t window_floor = 0;  // window entries of earlier positions are not attended (SPEC §5 replay)
+  bool compress = true;      // Full layers add compressed entries for these rows
 };
 
 // Top-k of one row: the k best finite scores (ties to the lower index), returned ascending.
@@ -222,7 +231,7 @@ inline void attention(const AttnContext& c, SequenceState& st, ForwardShared& sh
     num::pack_window_entry(kvn.data() + size_t(t) * D, D, packed.data() + size_t(t) * we);
   }
   // Ring entries of positions before the chunk still inside some row's window.
-  const int64_t old_lo = std::max<int64_t>(0, p0 - W + 1);
+  const int64_t old_lo = std::max<int64_t>({0, p0 - W + 1, c.window_floor});
   std::vector<float> old(size_t(p0 - old_lo) * D);
   for (int64_t p = old_lo; p < p0; ++p)
     num::unpack_window_entry(ls.ring.data() + size_t(p % W) * we, D, old.data() + size_t(p - old_lo) * D);
@@ -232,7 +241,7 @@ inline void attention(const AttnContext& c, SequenceState& st, ForwardShared& sh
   const LayerState* kvsrc = nullptr;
   std::vector<int32_t> own;
   if (c.role.ratio > 0) {
-    if (c.role.mode == AttnMode::Full) compress(c, ls, x, S, p0);
+    if (c.role.mode == AttnMode::Full && c.compress) compress(c, ls, x, S, p0);
     kvsrc = &st.layers[c.role.kv_source];
     if (c.role.mode == AttnMode::Full || c.role.mode == AttnMode::Reindex) {
       own = index_select(c, *kvsrc, sh, x, qr.data(), S, p0);
@@ -267,7 +276,7 @@ inline void attention(const AttnContext& c, SequenceState& st, ForwardShared& sh
   for (int t = 0; t < S; ++t) {
     const int64_t p = p0 + t;
     std::vector<const float*> entries;
-    for (int64_t wp = std::max<int64_t>(0, p - W + 1); wp <= p; ++wp)
+    for (int64_t wp = std::max<int64_t>({0, p - W + 1, c.window_floor}); wp <= p; ++wp)
       entries.push_back(wp < p0 ? old.data() + size_t(wp - old_lo) * D : kvn.data() + size_t(wp - p0) * D);
     if (lists)
       for (int k = 0; k < s.index_topk; ++k)

@@ -36,6 +36,14 @@ struct DraftResult {
   std::vector<float> confidence;  // [block] logits (before the sigmoid)
 };
 
+struct ForwardOptions {
+  bool all_logits = false;      // logits of every row, else of the last
+  // SPEC §5 Decoder SWA Bounded Replay (approximate by design): layers up to the decoder's first
+  // run every token; the later decoder layers run only the last W, their window floored there.
+  bool bounded_replay = false;
+  const ForwardHooks* hooks = nullptr;
+};
+
 class Forward {
  public:
   Forward(const ModelShape& s, const Weights& w, std::vector<int32_t> token_map, engram::HashPlan plan)
@@ -60,49 +68,65 @@ class Forward {
   // Runs ids at positions st.pos.. and advances the state (any chunk length; decode is S = 1).
   Status forward(SequenceState& st, std::span<const int32_t> ids, ForwardResult& res, bool all_logits = false,
                  const ForwardHooks* hooks = nullptr) const {
-    const int S = int(ids.size()), hc = s_.hc_mult, d = s_.hidden_size;
-    if (S == 0) return error(Code::invalid_argument, "forward: no tokens");
-    if (st.layers.size() != sched_.size()) return error(Code::invalid_argument, "forward: state made for another model");
-    if (st.pos + S > st.max_positions)
-      return error(Code::out_of_range, "forward: " + std::to_string(st.pos + S) + " positions exceed the state's capacity of " +
-                                           std::to_string(st.max_positions));
-    for (int32_t id : ids)
-      if (id < 0 || id >= s_.vocab_size)
-        return error(Code::invalid_argument, "forward: token id " + std::to_string(id) + " outside the vocabulary");
-    const int64_t p0 = st.pos;
+    ForwardOptions o;
+    o.all_logits = all_logits;
+    o.hooks = hooks;
+    return forward(st, ids, res, o);
+  }
 
-    // Engram row ids from token ids alone.
-    std::vector<int64_t> hash;
-    if (!plan_.layers.empty()) {
-      hash.resize(size_t(S) * plan_.n_layers() * plan_.cols());
-      DSV41_TRY(engram::hash_ids(plan_, token_map_, s_.image_token_id, ids, st.history, hash));
-      if (hooks && hooks->engram_ids) hooks->engram_ids(hooks->ctx, p0, S, int(plan_.n_layers() * plan_.cols()), hash.data());
-    }
-    std::vector<float> H(size_t(S) * hc * d), pre(size_t(S) * hc, 0.f), row(static_cast<size_t>(d));
-    for (int t = 0; t < S; ++t) {
-      w_.embed.row(ids[t], row.data());
-      for (int k = 0; k < hc; ++k) std::copy(row.begin(), row.end(), H.begin() + (size_t(t) * hc + k) * d);
-      pre[size_t(t) * hc] = 1.f;
-    }
-    const int nt = int(s_.dspark_target_layer_ids.size());
-    res.taps.assign(size_t(S) * nt * d, 0.f);
+  Status forward(SequenceState& st, std::span<const int32_t> ids, ForwardResult& res, const ForwardOptions& o) const {
+    const int S = int(ids.size());
+    DSV41_TRY(check_input(st, ids, st.pos + S));
+    if (o.bounded_replay) DSV41_TRY(check_bounded_replay());
+    Rows r;
+    DSV41_TRY(start_rows(st, ids, st.history, st.pos, o.hooks, r));
+    res.taps.assign(size_t(S) * n_taps() * s_.hidden_size, 0.f);
     ForwardShared sh;
     sh.lists.resize(sched_.size());
-    for (Stack stack : {encoder_, decoder_})
-      for (int l = stack.first; l < stack.last; ++l) unit(l, st, sh, ids.data(), hash.data(), H.data(), pre.data(), S, p0, res, hooks);
+    const int W = s_.sliding_window;
+    if (!o.bounded_replay || S <= W || decoder_.first + 1 >= decoder_.last) {
+      run_layers(0, s_.num_hidden_layers, st, sh, r, res.taps.data(), o.hooks, Pass{});
+    } else {
+      // Layers 0..decoder.first see every token; the rest of the decoder only the last W.
+      run_layers(0, decoder_.first + 1, st, sh, r, res.taps.data(), o.hooks, Pass{});
+      const int off = S - W;
+      r.keep_tail(off, s_, plan_);
+      sh.keep_tail(off, S, s_.index_topk);
+      Pass tail;
+      tail.window_floor = r.p0;
+      run_layers(decoder_.first + 1, s_.num_hidden_layers, st, sh, r, res.taps.data() + size_t(off) * n_taps() * s_.hidden_size,
+                 o.hooks, tail);
+    }
+    finish_rows(st, r, ids, res, o);
+    return Status::Ok();
+  }
 
-    // Head: collapse, norm, FP32 projection.
-    const int first_row = all_logits ? 0 : S - 1;
-    res.logits.assign(size_t(S - first_row) * s_.vocab_size, 0.f);
-    head(H.data(), pre.data(), first_row, S, res.logits.data());
-
-    if (hooks && hooks->taps) hooks->taps(hooks->ctx, p0, S, nt * d, res.taps.data());
-    if (s_.n_dspark() > 0) seed_dspark(st, res.taps.data(), S, p0);
-
-    st.pos += S;
-    const size_t keep = size_t(std::max<int64_t>(s_.engram_max_ngram_size - 1, 0));
-    st.history.insert(st.history.end(), ids.begin(), ids.end());
-    if (st.history.size() > keep) st.history.erase(st.history.begin(), st.history.end() - keep);
+  // SPEC §5 Encoder SWA Bounded Replay: rebuilds every layer's window (and the DSpark rings) from the
+  // last tokens after the rings were dropped, reusing the stored global KV; positions do not advance.
+  // `recent` holds the sequence's last tokens, at least min(pos, W + N − 1) of them (N: Engram n-gram).
+  Status replay_window(SequenceState& st, std::span<const int32_t> recent, ForwardResult& res) const {
+    const int W = s_.sliding_window, N1 = std::max(s_.engram_max_ngram_size - 1, 0);
+    const int64_t need = std::min<int64_t>(st.pos, W + N1);
+    if (int64_t(recent.size()) < need || int64_t(recent.size()) > st.pos)
+      return error(Code::invalid_argument, "replay_window: pass the last " + std::to_string(need) + " tokens of the sequence");
+    const int S = int(std::min<int64_t>(W, st.pos));
+    auto rows = recent.subspan(recent.size() - size_t(S));
+    auto before = recent.subspan(0, recent.size() - size_t(S));
+    if (before.size() > size_t(N1)) before = before.subspan(before.size() - size_t(N1));
+    DSV41_TRY(check_input(st, rows, st.pos));
+    Rows r;
+    std::vector<int32_t> hist(before.begin(), before.end());
+    DSV41_TRY(start_rows(st, rows, hist, st.pos - S, nullptr, r));
+    res.taps.assign(size_t(S) * n_taps() * s_.hidden_size, 0.f);
+    ForwardShared sh;
+    sh.lists.resize(sched_.size());
+    Pass replay;
+    replay.window_floor = r.p0;
+    replay.compress = false;
+    run_layers(0, s_.num_hidden_layers, st, sh, r, res.taps.data(), nullptr, replay);
+    res.logits.assign(size_t(s_.vocab_size), 0.f);
+    head(r.H.data(), r.pre.data(), S - 1, S, res.logits.data());
+    if (s_.n_dspark() > 0) seed_dspark(st, res.taps.data(), S, r.p0);
     return Status::Ok();
   }
 
@@ -175,8 +199,101 @@ class Forward {
   }
 
  private:
+  // The rows of one forward: residual streams, collapse coefficients, token and Engram ids.
+  struct Rows {
+    int S = 0;
+    int64_t p0 = 0;
+    std::vector<int32_t> ids;
+    std::vector<int64_t> hash;  // [S, n_engram_layers·cols]
+    std::vector<float> H, pre;  // [S, hc, d], [S, hc]
+    void keep_tail(int off, const ModelShape& s, const engram::HashPlan& plan) {
+      const size_t hw = size_t(s.hc_mult) * s.hidden_size, hp = size_t(plan.n_layers() * plan.cols());
+      H.erase(H.begin(), H.begin() + size_t(off) * hw);
+      pre.erase(pre.begin(), pre.begin() + size_t(off) * s.hc_mult);
+      ids.erase(ids.begin(), ids.begin() + off);
+      if (!hash.empty()) hash.erase(hash.begin(), hash.begin() + size_t(off) * hp);
+      S -= off;
+      p0 += off;
+    }
+  };
+  struct Pass {
+    int64_t window_floor = 0;  // window entries below this position are not attended
+    bool compress = true;      // Full layers add compressed entries (false when replaying stored ones)
+  };
+
+  int n_taps() const { return int(s_.dspark_target_layer_ids.size()); }
+
+  Status check_input(const SequenceState& st, std::span<const int32_t> ids, int64_t end) const {
+    if (ids.empty()) return error(Code::invalid_argument, "forward: no tokens");
+    if (st.layers.size() != sched_.size()) return error(Code::invalid_argument, "forward: state made for another model");
+    if (end > st.max_positions)
+      return error(Code::out_of_range, "forward: " + std::to_string(end) + " positions exceed the state's capacity of " +
+                                           std::to_string(st.max_positions));
+    for (int32_t id : ids)
+      if (id < 0 || id >= s_.vocab_size)
+        return error(Code::invalid_argument, "forward: token id " + std::to_string(id) + " outside the vocabulary");
+    return Status::Ok();
+  }
+
+  Status check_bounded_replay() const {
+    for (int l = decoder_.first + 1; l < decoder_.last; ++l)
+      if (sched_[l].mode == AttnMode::Full)
+        return error(Code::unsupported, "bounded replay: decoder layer " + std::to_string(l) +
+                                            " makes its own global KV, so every token must reach it");
+    return Status::Ok();
+  }
+
+  Status start_rows(const SequenceState& st, std::span<const int32_t> ids, std::span<const int32_t> history, int64_t p0,
+                    const ForwardHooks* hooks, Rows& r) const {
+    const int S = int(ids.size()), hc = s_.hc_mult, d = s_.hidden_size;
+    (void)st;
+    r.S = S;
+    r.p0 = p0;
+    r.ids.assign(ids.begin(), ids.end());
+    if (!plan_.layers.empty()) {
+      r.hash.resize(size_t(S) * plan_.n_layers() * plan_.cols());
+      DSV41_TRY(engram::hash_ids(plan_, token_map_, s_.image_token_id, ids, history, r.hash));
+      if (hooks && hooks->engram_ids) hooks->engram_ids(hooks->ctx, p0, S, int(plan_.n_layers() * plan_.cols()), r.hash.data());
+    }
+    r.H.assign(size_t(S) * hc * d, 0.f);
+    r.pre.assign(size_t(S) * hc, 0.f);
+    std::vector<float> row(static_cast<size_t>(d));
+    for (int t = 0; t < S; ++t) {
+      w_.embed.row(ids[t], row.data());
+      for (int k = 0; k < hc; ++k) std::copy(row.begin(), row.end(), r.H.begin() + (size_t(t) * hc + k) * d);
+      r.pre[size_t(t) * hc] = 1.f;
+    }
+    return Status::Ok();
+  }
+
+  void run_layers(int first, int last, SequenceState& st, ForwardShared& sh, Rows& r, float* taps,
+                  const ForwardHooks* hooks, const Pass& pass) const {
+    for (Stack stack : {encoder_, decoder_})
+      for (int l = std::max(first, stack.first); l < std::min(last, stack.last); ++l)
+        unit(l, st, sh, r.ids.data(), r.hash.empty() ? nullptr : r.hash.data(), r.H.data(), r.pre.data(), r.S, r.p0, taps,
+             hooks, pass);
+  }
+
+  // Head, DSpark rings and the state's position and history after a forward's rows ran.
+  void finish_rows(SequenceState& st, Rows& r, std::span<const int32_t> ids, ForwardResult& res,
+                   const ForwardOptions& o) const {
+    const int S = int(ids.size()), d = s_.hidden_size;
+    const int first_row = o.all_logits ? 0 : r.S - 1;
+    res.logits.assign(size_t(r.S - first_row) * s_.vocab_size, 0.f);
+    head(r.H.data(), r.pre.data(), first_row, r.S, res.logits.data());
+    if (o.hooks && o.hooks->taps) o.hooks->taps(o.hooks->ctx, st.pos, S, n_taps() * d, res.taps.data());
+    if (s_.n_dspark() > 0) {
+      const int off = S - r.S;  // bounded replay: only the tail has decoder taps
+      seed_dspark(st, res.taps.data() + size_t(off) * n_taps() * d, r.S, r.p0);
+    }
+    st.pos += S;
+    const size_t keep = size_t(std::max<int64_t>(s_.engram_max_ngram_size - 1, 0));
+    st.history.insert(st.history.end(), ids.begin(), ids.end());
+    if (st.history.size() > keep) st.history.erase(st.history.begin(), st.history.end() - keep);
+  }
+
   void unit(int l, SequenceState& st, ForwardShared& sh, const int32_t* ids, const int64_t* hash, float* H, float* pre,
-            int S, int64_t p0, ForwardResult& res, const ForwardHooks* hooks) const {
+            int S, int64_t p0, float* taps, const ForwardHooks* hooks, const Pass& pass) const {
     const LayerRole& role = sched_[l];
     const LayerWeights& w = w_.layers[l];
     const int hc = s_.hc_mult, d = s_.hidden_size;
@@ -191,10 +308,10 @@ class Forward {
         for (int i = 0; i < d; ++i) {
           float acc = 0.f;
           for (int k = 0; k < hc; ++k) acc += H[(size_t(t) * hc + k) * d + i];
-          res.taps[(size_t(t) * nt + role.tap_slot) * d + i] = bf16(acc / float(hc));
+          taps[(size_t(t) * nt + role.tap_slot) * d + i] = bf16(acc / float(hc));
         }
     }
-    AttnContext ctx{s_, role, w, ropes_[l], hooks};
+    AttnContext ctx{s_, role, w, ropes_[l], hooks, pass.window_floor, pass.compress};
     block(s_, role, w, H, pre, ids, S, [&](const float* x, float* o) { attention(ctx, st, sh, x, S, p0, o); });
     if (hooks && hooks->unit_output) hooks->unit_output(hooks->ctx, l, p0, S, H, pre);
   }

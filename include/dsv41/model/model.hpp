@@ -30,6 +30,9 @@ struct LoadOptions {
 // Per prefill chunk; return false to cancel between chunks (state keeps the chunks already run).
 struct PrefillOptions {
   int chunk = 0;  // tokens per forward; 0 = the whole prompt at once
+  // SPEC §5 Decoder SWA Bounded Replay (approximate by design): within each chunk, layers after the
+  // decoder's first see only the chunk's last W tokens. About half the prefill compute of the release.
+  bool bounded_replay = false;
   bool (*on_chunk)(void* ctx, int64_t done, int64_t total) = nullptr;
   void* ctx = nullptr;
 };
@@ -164,7 +167,9 @@ class Model {
     cpu::ForwardResult r;
     for (size_t i = 0; i < ids.size(); i += chunk) {
       const size_t n = std::min(chunk, ids.size() - i);
-      DSV41_TRY(fwd_->forward(st, ids.subspan(i, n), r));
+      cpu::ForwardOptions fo;
+      fo.bounded_replay = opt.bounded_replay;
+      DSV41_TRY(fwd_->forward(st, ids.subspan(i, n), r, fo));
       if (opt.on_chunk && !opt.on_chunk(opt.ctx, int64_t(i + n), int64_t(ids.size())))
         return error(Code::cancelled, "prefill cancelled after " + std::to_string(i + n) + " tokens");
     }
@@ -186,6 +191,20 @@ class Model {
       DSV41_TRY(fwd_->forward(*item.state, std::span<const int32_t>(&tok, 1), r));
       if (item.logits) *item.logits = std::move(r.logits);
     }
+    return Status::Ok();
+  }
+
+  Status forward(SequenceState& st, std::span<const int32_t> ids, cpu::ForwardResult& out,
+                 const cpu::ForwardOptions& opt) const {
+    return fwd_->forward(st, ids, out, opt);
+  }
+
+  // SPEC §5 Encoder SWA Bounded Replay: after the window rings were dropped (SequenceState::drop_windows),
+  // rebuilds them from the sequence's last tokens and the stored global KV. last_logits: the last row.
+  Status replay_window(SequenceState& st, std::span<const int32_t> recent, std::vector<float>* last_logits = nullptr) const {
+    cpu::ForwardResult r;
+    DSV41_TRY(fwd_->replay_window(st, recent, r));
+    if (last_logits) *last_logits = std::move(r.logits);
     return Status::Ok();
   }
 

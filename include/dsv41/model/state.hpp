@@ -1,6 +1,7 @@
 // Per-sequence state (SPEC §6): window rings, compressor pending rows, compressed entries, index keys,
 // Engram history. Caches hold exactly the packed bytes of SPEC §6. Nothing here is shared or global.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -31,6 +32,12 @@ struct SequenceState {
     layers.resize(sched.size());
     for (const auto& r : sched)
       layers[r.id].ring.assign(size_t(s.sliding_window) * num::window_entry_size(s.head_dim), 0);
+  }
+
+  // Forgets the window rings (as when a stored session keeps only its global KV); Model::replay_window
+  // rebuilds them.
+  void drop_windows() {
+    for (auto& l : layers) std::fill(l.ring.begin(), l.ring.end(), uint8_t(0));
   }
 
   // Bytes held by the global caches (compressed KV + index keys) and by the window rings.
