@@ -1,15 +1,41 @@
 # The dsv41 CLI end to end: exit codes and the figures it prints.
 set(RUN_EXPECT ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+set(CLI_DATA ${DSV41_TEST_DATA}/cli)
+# dsv41_cli_test(name rc regex [INPUT file] [EXPECTED file] ARGS args...)
 function(dsv41_cli_test name expect_rc regex)
-  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:dsv41_cli>;${ARGN}"
-           -DEXPECT_RC=${expect_rc} "-DREGEX=${regex}" -P ${RUN_EXPECT})
+  cmake_parse_arguments(T "" "INPUT;EXPECTED" "ARGS" ${ARGN})
+  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:dsv41_cli>;${T_ARGS}"
+           -DEXPECT_RC=${expect_rc} "-DREGEX=${regex}" -DINPUT=${T_INPUT} -DEXPECTED_FILE=${T_EXPECTED} -P ${RUN_EXPECT})
 endfunction()
 
-dsv41_cli_test(cli_inspect_tiny_ced 0 "tensors checked \\(names, dtypes, shapes\\): ok"
-               inspect ${DSV41_FIXTURES}/tiny-ced)
+set(TINY ${DSV41_FIXTURES}/tiny-ced)
+set(TINY_TOK ${DSV41_TEST_DATA}/tiny-text/tokenizer.json)
+
+dsv41_cli_test(cli_inspect_tiny_ced 0 "tensors checked \\(names, dtypes, shapes\\): ok" ARGS inspect ${TINY})
 dsv41_cli_test(cli_inspect_release_config 1
                "activated per decode token +16\\.13 B.*activated per prefill token +8\\.28 B.*global KV per token +890\\.0 B"
-               inspect ${DSV41_TEST_DATA}/release)
-dsv41_cli_test(cli_inspect_missing_dir 1 "cannot open" inspect ${CMAKE_CURRENT_BINARY_DIR}/no-such-model)
+               ARGS inspect ${DSV41_TEST_DATA}/release)
+dsv41_cli_test(cli_inspect_missing_dir 1 "cannot open" ARGS inspect ${CMAKE_CURRENT_BINARY_DIR}/no-such-model)
 dsv41_cli_test(cli_golden_tiny_ced 0 "result: PASS"
-               golden ${DSV41_FIXTURES}/tiny-ced --dump ${CMAKE_CURRENT_BINARY_DIR}/tiny-ced-dump.safetensors)
+               ARGS golden ${TINY} --dump ${CMAKE_CURRENT_BINARY_DIR}/tiny-ced-dump.safetensors)
+dsv41_cli_test(cli_template 0 "" EXPECTED ${CLI_DATA}/template_expected.txt ARGS template ${CLI_DATA}/template_case.json)
+dsv41_cli_test(cli_template_bad_request 1 "unknown role" ARGS template ${CLI_DATA}/bad_request.json)
+dsv41_cli_test(cli_parse_tool_calls 0 "Let me check both.*get_weather.*search"
+               INPUT ${CLI_DATA}/parse_input.txt ARGS parse --mode chat)
+dsv41_cli_test(cli_tokenize_matches_tokenizers 0 "" INPUT ${CLI_DATA}/tokenize_input.txt
+               EXPECTED ${CLI_DATA}/tokenize_expected.txt ARGS tokenize ${DSV41_TEST_DATA}/tokenizers/dsv3/tokenizer.json)
+dsv41_cli_test(cli_generate_tiny 0 "def main\\(\\):.*prompt tokens, 8 generated, finish: length"
+               ARGS generate --model ${TINY} --tokenizer ${TINY_TOK} --prompt "def main():" --max-tokens 8 --seed 5 --temperature 0.7)
+dsv41_cli_test(cli_generate_speculative_tiny 0 "drafts accepted per verify step"
+               ARGS generate --model ${TINY} --tokenizer ${TINY_TOK} --prompt "import os" --max-tokens 8 --speculative)
+dsv41_cli_test(cli_generate_no_tokenizer 1 "no tokenizer" ARGS generate --model ${TINY} --prompt "x")
+dsv41_cli_test(cli_chat_session 0 "dsv41 chat \\(chat mode\\)" INPUT ${CLI_DATA}/chat_input.txt
+               ARGS chat --model ${TINY} --tokenizer ${TINY_TOK} --max-tokens 6)
+
+# The OpenAI-compatible server, with the official openai client and curl.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_FOUND)
+  add_test(NAME server_e2e_openai_client_and_curl
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_server.py $<TARGET_FILE:dsv41_cli> ${TINY} ${TINY_TOK})
+  set_tests_properties(server_e2e_openai_client_and_curl PROPERTIES TIMEOUT 600)
+endif()

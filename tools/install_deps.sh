@@ -15,3 +15,5 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The server's end-to-end test talks to it with the official openai client.
+python3 -c "import openai" 2>/dev/null || python3 -m pip install -q --disable-pip-version-check openai

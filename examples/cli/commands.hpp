@@ -15,5 +15,8 @@ Command add_golden(CLI::App& app);
 Command add_template(CLI::App& app);
 Command add_parse(CLI::App& app);
 Command add_tokenize(CLI::App& app);
+Command add_generate(CLI::App& app);
+Command add_chat(CLI::App& app);
+Command add_serve(CLI::App& app);
 
 }  // namespace dsv41::cli

@@ -1,5 +1,7 @@
 // Shared pieces of the CUDA kernels: cudaError_t -> Status, bf16 and scale helpers, warp reductions and
 // the mma.sync / ldmatrix wrappers (sm_90a build; the FP8 mma needs sm_89+). No nlohmann, no fmt.
+// Kernels in these headers are templates (`template <int = 0>` where nothing else is templated) so that
+// several translation units can include them without duplicate host stubs.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

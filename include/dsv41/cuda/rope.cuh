@@ -6,6 +6,7 @@
 namespace dsv41::gpu {
 
 namespace detail {
+template <int = 0>
 __global__ void rope_kernel(bf16_t* __restrict__ x, int rows, int heads, int dh, int rd,
                             const float* __restrict__ freqs, int64_t p0, bool inverse) {
   const int pairs = rd / 2;

@@ -1,0 +1,176 @@
+"""End-to-end test of `dsv41 serve` with the official openai client and with curl.
+
+Usage: test_server.py DSV41_BINARY MODEL_DIR TOKENIZER_JSON
+Starts the server on a free loopback port, checks every endpoint, then stops it. Bounded: every
+request has a timeout and the whole run stops itself.
+"""
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import openai
+
+BIN, MODEL, TOKENIZER = sys.argv[1:4]
+failures = 0
+passed = 0
+
+
+def check(cond, what):
+    global failures, passed
+    if cond:
+        passed += 1
+    else:
+        failures += 1
+        print("FAIL:", what, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def curl(*args):
+    return subprocess.run(["curl", "-sS", "--max-time", "60", *args], capture_output=True, text=True, timeout=90)
+
+
+port = free_port()
+base = f"http://127.0.0.1:{port}"
+server = subprocess.Popen([BIN, "serve", "--model", MODEL, "--tokenizer", TOKENIZER, "--port", str(port),
+                           "--model-name", "tiny", "--debug-load-delay-ms", "1500"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+try:
+    # /health answers 503 while the model loads, then 200.
+    deadline, saw_503 = time.time() + 30, False
+    while time.time() < deadline:
+        try:
+            code, body = get(base + "/health")
+        except OSError:
+            time.sleep(0.05)
+            continue
+        if code == 503:
+            saw_503 = True
+            check(body.get("status") == "loading", "503 body says loading")
+            code2, body2 = get(base + "/v1/models")  # listing needs no model
+            time.sleep(0.1)
+            continue
+        break
+    check(saw_503, "/health answered 503 while loading")
+    check(code == 200 and body == {"status": "ok"}, f"/health 200 after loading: {code} {body}")
+
+    client = openai.OpenAI(base_url=base + "/v1", api_key="none", timeout=120, max_retries=0)
+
+    models = client.models.list()
+    check([m.id for m in models.data] == ["tiny"], "models.list")
+
+    # Non-streaming chat, fixed seed: deterministic.
+    kw = dict(model="tiny", messages=[{"role": "user", "content": "Hello there"}], max_tokens=12, seed=7,
+              temperature=0.9)
+    a = client.chat.completions.create(**kw)
+    b = client.chat.completions.create(**kw)
+    check(a.choices[0].message.content == b.choices[0].message.content, "same seed, same answer")
+    check(a.choices[0].message.role == "assistant", "role")
+    check(a.choices[0].finish_reason in ("stop", "length"), "finish_reason")
+    check(a.usage.completion_tokens <= 12 and a.usage.prompt_tokens > 0, f"usage {a.usage}")
+    check(a.usage.total_tokens == a.usage.prompt_tokens + a.usage.completion_tokens, "usage total")
+
+    # Streaming gives the same text as non-streaming for the same seed.
+    pieces, finish, roles = [], None, []
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        d = chunk.choices[0].delta
+        if d.role:
+            roles.append(d.role)
+        if d.content:
+            pieces.append(d.content)
+        if chunk.choices[0].finish_reason:
+            finish = chunk.choices[0].finish_reason
+    check(roles == ["assistant"], "stream role once")
+    check("".join(pieces) == a.choices[0].message.content, "stream text == non-stream text")
+    check(finish == a.choices[0].finish_reason, "stream finish_reason")
+
+    # Thinking mode: reasoning_content arrives in the stream and the message.
+    tk = dict(model="tiny", messages=[{"role": "user", "content": "Think"}], max_tokens=10, seed=3,
+              temperature=0.8, reasoning_effort="low")
+    t = client.chat.completions.create(**tk)
+    msg = t.choices[0].message
+    reasoning = (msg.model_extra or {}).get("reasoning_content")
+    check(isinstance(reasoning, str), "reasoning_content present in thinking mode")
+    streamed_reasoning = ""
+    for chunk in client.chat.completions.create(stream=True, **tk):
+        extra = chunk.choices[0].delta.model_extra or {} if chunk.choices else {}
+        streamed_reasoning += extra.get("reasoning_content") or ""
+    check(streamed_reasoning == reasoning, "streamed reasoning == reasoning_content")
+
+    # Stop strings: cut before the first occurrence, finish_reason stop.
+    full = a.choices[0].message.content
+    if len(full) >= 4:
+        stop = full[2:4]
+        s = client.chat.completions.create(stop=[stop], **kw)
+        check(s.choices[0].message.content == full[: full.find(stop)], "stop string cuts the text")
+        check(s.choices[0].finish_reason == "stop", "stop string finish_reason")
+
+    # /v1/completions, plain and streaming.
+    c = client.completions.create(model="tiny", prompt="import os", max_tokens=6, temperature=0)
+    check(isinstance(c.choices[0].text, str) and c.usage.completion_tokens <= 6, "completions")
+    cs = "".join(ch.choices[0].text for ch in client.completions.create(model="tiny", prompt="import os",
+                                                                     max_tokens=6, temperature=0, stream=True))
+    check(cs == c.choices[0].text, "streamed completion == completion")
+
+    # Bad requests: 4xx JSON errors, and the server keeps serving.
+    for bad, what in [({"messages": "nope"}, "messages not an array"),
+                      ({"messages": [{"role": "wizard", "content": "x"}]}, "unknown role"),
+                      ({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature type"),
+                      ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10 ** 9}, "max_tokens range"),
+                      ({"messages": [{"role": "user", "content": "x"}], "n": 3}, "n > 1")]:
+        try:
+            client.chat.completions.create(model="tiny", **bad)
+            check(False, f"{what}: accepted")
+        except openai.BadRequestError as e:
+            body = e.body if isinstance(e.body, dict) else {}
+            check(e.status_code == 400 and isinstance(body.get("message"), str) and body.get("type") == "invalid_request_error", what)
+    try:
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x " * 5000}], max_tokens=4)
+        check(False, "prompt too long accepted")
+    except openai.BadRequestError as e:
+        check(e.code == "context_length_exceeded", f"prompt too long code: {e.code}")
+
+    # curl: invalid JSON, unknown route, SSE framing, a client that hangs up mid-stream.
+    r = curl("-w", "\n%{http_code}", "-H", "Content-Type: application/json", "-d", "{bad", base + "/v1/chat/completions")
+    body, code = r.stdout.rsplit("\n", 1)
+    check(code == "400" and json.loads(body)["error"]["type"] == "invalid_request_error", "curl invalid JSON -> 400")
+    r = curl("-w", "\n%{http_code}", base + "/v1/nothing")
+    check(r.stdout.rsplit("\n", 1)[1] == "404", "curl unknown route -> 404")
+    r = curl("-N", "-d", json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "stream": True}),
+             base + "/v1/chat/completions")
+    events = [line for line in r.stdout.split("\n") if line]
+    check(all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]", "curl SSE framing")
+    hang = subprocess.Popen(["curl", "-sN", "--max-time", "0.3", "-d",
+                             json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 400,
+                                         "stream": True}), base + "/v1/chat/completions"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    hang.wait(timeout=30)
+    code, body = get(base + "/health")
+    check(code == 200, "server alive after a client hung up")
+    after = client.chat.completions.create(**kw)
+    check(after.choices[0].message.content == a.choices[0].message.content, "serves correctly after a hang-up")
+finally:
+    server.terminate()
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+print(f"{passed} passed, {failures} failed")
+sys.exit(1 if failures else 0)

@@ -1,0 +1,103 @@
+// Check of the sparse attention with sink over packed window (FP8) and compressed (FP4) entries against
+// cpu::sparse_attention on the unpacked entries.
+#pragma once
+#include <dsv41/cuda/attention.cuh>
+#include <dsv41/numeric/quant.hpp>
+
+#include "gpu_check.cuh"
+
+namespace dsv41::gputest {
+
+struct AttnCfg {
+  int R, H, D, n_win, n_comp, pool_win, pool_comp;
+};
+
+// Bound per output element i of a head: ulp_bf16(|o_i|) + 2^-8·max_j|e_j[i]| + 2^-20.
+// Entries are exact in BF16 on both sides; scores differ only by the order of D FP32 products
+// (relative ~D·2^-24); each numerator bf16(exp(s_j − m)) can then differ by one BF16 ulp (2^-8 of
+// itself, when exp lands next to a rounding boundary, or by expf's ≤ 2 ulp), so
+// |Δo_i| ≤ 2^-8·Σ_j p_j|e_j[i]|/den ≤ 2^-8·max_j|e_j[i]|, plus the final rounding.
+inline CheckResult check_attention(const AttnCfg& cfg, uint64_t seed) {
+  const int R = cfg.R, H = cfg.H, D = cfg.D;
+  Rng rng(seed);
+  const int we = num::window_entry_size(D), me = num::main_entry_size(D);
+  std::vector<uint8_t> wpool(size_t(cfg.pool_win) * we), cpool(size_t(cfg.pool_comp) * me);
+  std::vector<float> wval(size_t(cfg.pool_win) * D), cval(size_t(cfg.pool_comp) * D), tmp(static_cast<size_t>(D));
+  for (int e = 0; e < cfg.pool_win; ++e) {
+    const float amp = 0.5f + float(rng.uniform()) * 2.f;
+    for (auto& v : tmp) v = bf16f(amp * rng.normal());
+    num::pack_window_entry(tmp.data(), D, wpool.data() + size_t(e) * we);
+    num::unpack_window_entry(wpool.data() + size_t(e) * we, D, wval.data() + size_t(e) * D);
+  }
+  for (int e = 0; e < cfg.pool_comp; ++e) {
+    for (auto& v : tmp) v = bf16f(rng.normal());
+    num::pack_main_entry(tmp.data(), D, cpool.data() + size_t(e) * me);
+    num::unpack_main_entry(cpool.data() + size_t(e) * me, D, cval.data() + size_t(e) * D);
+  }
+  // lists: row r has a window of min(n_win, 3 + 5r) slots (rest −1), and n_comp picks (some −1);
+  // the last row of the tiny case has no entries at all.
+  std::vector<int> widx(size_t(R) * cfg.n_win, -1), cidx(size_t(R) * cfg.n_comp, -1);
+  for (int r = 0; r < R; ++r) {
+    const bool empty = R > 1 && r == R - 1 && cfg.n_win < 64;
+    if (empty) continue;
+    const int nw = std::min(cfg.n_win, 3 + 5 * r + (cfg.n_win >= 64 ? cfg.n_win : 0));
+    for (int j = 0; j < nw; ++j) widx[size_t(r) * cfg.n_win + (cfg.n_win - nw) + j] = rng.below(cfg.pool_win);
+    for (int j = 0; j < cfg.n_comp; ++j)
+      if (rng.below(10) != 0) cidx[size_t(r) * cfg.n_comp + j] = rng.below(cfg.pool_comp);
+  }
+  const std::vector<float> q = rand_bf16(rng, size_t(R) * H * D, 1.5f);
+  std::vector<float> sink(static_cast<size_t>(H));
+  for (auto& s : sink) s = rng.normal();
+  const float scale = float(std::pow(double(D), -0.5));
+
+  auto dq = to_dev(to_bits(q));
+  auto dwp = to_dev(wpool);
+  auto dcp = to_dev(cpool);
+  auto dwi = to_dev(widx);
+  auto dci = to_dev(cidx);
+  auto dsink = to_dev(sink);
+  DBuf<uint16_t> dout(size_t(R) * H * D);
+  dout.poison();
+  gpu::SparseAttnParams p;
+  p.q = reinterpret_cast<const gpu::bf16_t*>(dq.p);
+  p.win_pool = dwp.p; p.win_idx = dwi.p; p.n_win = cfg.n_win;
+  p.comp_pool = dcp.p; p.comp_idx = dci.p; p.n_comp = cfg.n_comp;
+  p.sink = dsink.p; p.scale = scale; p.R = R; p.H = H; p.D = D;
+  p.out = reinterpret_cast<gpu::bf16_t*>(dout.p);
+  GT_OK(gpu::sparse_attention(p, nullptr));
+  GT_SYNC();
+  const std::vector<float> out = from_bits(dout.download());
+
+  Cmp c;
+  c.r.op = "attention";
+  c.r.shape = shape_str({{"R", R}, {"H", H}, {"D", D}, {"win", cfg.n_win}, {"sel", cfg.n_comp}});
+  c.r.bound = "ulp+2^-8*max|e_i|";
+  std::vector<float> o(size_t(H) * D), maxe(static_cast<size_t>(D));
+  for (int r = 0; r < R; ++r) {
+    std::vector<const float*> ent;
+    for (int j = 0; j < cfg.n_win; ++j)
+      if (int v = widx[size_t(r) * cfg.n_win + j]; v >= 0) ent.push_back(wval.data() + size_t(v) * D);
+    for (int j = 0; j < cfg.n_comp; ++j)
+      if (int v = cidx[size_t(r) * cfg.n_comp + j]; v >= 0) ent.push_back(cval.data() + size_t(v) * D);
+    ref().sparse_attention(q.data() + size_t(r) * H * D, H, D, ent, sink.data(), scale, o.data());
+    std::fill(maxe.begin(), maxe.end(), 0.f);
+    for (const float* e : ent)
+      for (int i = 0; i < D; ++i) maxe[i] = std::max(maxe[i], std::fabs(e[i]));
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < D; ++i) {
+        const float rv = o[size_t(h) * D + i];
+        c.add(out[(size_t(r) * H + h) * D + i], rv, bf16_ulp(rv) + std::ldexp(double(maxe[i]), -8) + 1e-6);
+      }
+  }
+  return c.done();
+}
+
+// Tiny (one row with no entries, partial windows); 32-head CTAs; released: 64 heads x 512, window 128 +
+// 512 selected.
+inline std::vector<CheckResult> cases_attention() {
+  return {check_attention({3, 16, 128, 8, 24, 16, 64}, 51), check_attention({5, 32, 256, 40, 100, 64, 300}, 52),
+          check_attention({528, 32, 128, 16, 48, 64, 512}, 54),  // enough rows for the 32-head CTAs
+          check_attention({4, 64, 512, 128, 512, 256, 4096}, 53)};
+}
+
+}  // namespace dsv41::gputest

@@ -1,0 +1,118 @@
+// Check of the MoE layer (routing, CUB sort/scan, grouped FP4 expert GEMMs with SwiGLU, shared FP8
+// expert, combine) against cpu::moe, and of the routing against cpu::route.
+#pragma once
+#include <dsv41/cuda/moe.cuh>
+
+#include "gpu_check.cuh"
+
+namespace dsv41::gputest {
+
+struct MoeCfg {
+  int T, d, E, k, I;
+};
+
+// Bound per output element: 2 ulp_bf16(|ref|) + 2^-7·rms(ref row). Sources: the GEMM bounds of
+// check_gemm (three chained GEMMs); routing weights from log1pf/expf (≤ 2 ulp each vs glibc) and the
+// SwiGLU's expf; a one-ulp change of an h value before its FP8 re-quantization can move that code by
+// one E4M3 step (2^-3 relative) or shift its block scale, which moves y by ~2^-3·|h_i·w2_i| ≪ 2^-7·rms(y).
+// A wrong expert, weight, row or scale gives errors of order rms(y).
+inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
+  const int T = cfg.T, d = cfg.d, E = cfg.E, k = cfg.k, I = cfg.I, P = T * k;
+  Rng rng(seed);
+  const std::vector<float> x = rand_bf16(rng, size_t(T) * d, 1.f);
+  const std::vector<float> gate = rand_bf16(rng, size_t(E) * d, 0.02f);
+  std::vector<float> bias(static_cast<size_t>(E));
+  for (auto& b : bias) b = 0.05f * rng.normal();
+  const size_t b13 = size_t(E) * I * d / 2, s13 = size_t(E) * I * d / 32;
+  const std::vector<uint8_t> w1 = rand_bytes(rng, b13), w3 = rand_bytes(rng, b13), w2 = rand_bytes(rng, b13);
+  const std::vector<uint8_t> w1s = rand_ue8m0(rng, s13, 118, 120), w3s = rand_ue8m0(rng, s13, 118, 120),
+                             w2s = rand_ue8m0(rng, s13, 118, 120);
+  const std::vector<uint8_t> s1 = rand_e4m3(rng, size_t(I) * d), s3 = rand_e4m3(rng, size_t(I) * d),
+                             s2 = rand_e4m3(rng, size_t(I) * d);
+  const std::vector<uint8_t> s1s = rand_ue8m0(rng, size_t(I / 32) * (d / 32), 113, 114),
+                             s3s = rand_ue8m0(rng, size_t(I / 32) * (d / 32), 113, 114),
+                             s2s = rand_ue8m0(rng, size_t(d / 32) * (I / 32), 113, 114);
+  const float route_scale = 1.5f, limit = 10.f;
+
+  auto dx = to_dev(to_bits(x));
+  auto dgate = to_dev(to_bits(gate));
+  auto dbias = to_dev(bias);
+  auto dw1 = to_dev(w1), dw3 = to_dev(w3), dw2 = to_dev(w2), dw1s = to_dev(w1s), dw3s = to_dev(w3s), dw2s = to_dev(w2s);
+  auto ds1 = to_dev(s1), ds3 = to_dev(s3), ds2 = to_dev(s2), ds1s = to_dev(s1s), ds3s = to_dev(s3s), ds2s = to_dev(s2s);
+  gpu::MoeShape sh{T, d, E, k, I, route_scale, limit, true};
+  gpu::MoeWeights W;
+  W.gate = reinterpret_cast<const gpu::bf16_t*>(dgate.p);
+  W.bias = dbias.p;
+  const int64_t gw13 = int64_t(I) * d / 2, gs13 = int64_t(I) * d / 32;
+  W.w1 = {dw1.p, dw1s.p, gw13, gs13};
+  W.w3 = {dw3.p, dw3s.p, gw13, gs13};
+  W.w2 = {dw2.p, dw2s.p, gw13, gs13};
+  W.s1 = {ds1.p, ds1s.p, 0, 0};
+  W.s3 = {ds3.p, ds3s.p, 0, 0};
+  W.s2 = {ds2.p, ds2s.p, 0, 0};
+  const size_t wsb = gpu::moe_workspace_bytes(sh);
+  DBuf<uint8_t> work(wsb);
+  work.poison(0xA5);
+  DBuf<uint16_t> dout(size_t(T) * d);
+  dout.poison();
+  GT_OK(gpu::moe(sh, W, reinterpret_cast<const gpu::bf16_t*>(dx.p), reinterpret_cast<gpu::bf16_t*>(dout.p), work.p, wsb,
+                 nullptr));
+  GT_SYNC();
+  const std::vector<float> out = from_bits(dout.download());
+  const gpu::MoeWork mw = gpu::moe_work(sh, work.p);
+  std::vector<int> gsel(P);
+  std::vector<float> gw(P), glog(size_t(T) * E);
+  GT_CUDA(cudaMemcpy(gsel.data(), mw.sel, P * 4, cudaMemcpyDeviceToHost));
+  GT_CUDA(cudaMemcpy(gw.data(), mw.wts, P * 4, cudaMemcpyDeviceToHost));
+  GT_CUDA(cudaMemcpy(glog.data(), mw.logits, size_t(T) * E * 4, cudaMemcpyDeviceToHost));
+
+  // reference routing on the reference logits
+  std::vector<float> rlog(size_t(T) * E);
+  const std::vector<uint16_t> gate_bits = to_bits(gate);
+  ref().linear(RefW::BF16, gate_bits.data(), nullptr, E, d, x.data(), T, rlog.data(), RefLin::F32);
+  int64_t sel_diff = 0;
+  double w_rel = 0, log_rel = 0;
+  for (int t = 0; t < T; ++t) {
+    std::vector<int> rs(k);
+    std::vector<float> rw(k);
+    ref().route(rlog.data() + size_t(t) * E, bias.data(), E, k, true, route_scale, rs.data(), rw.data());
+    for (int i = 0; i < k; ++i) {
+      if (rs[i] != gsel[t * k + i]) ++sel_diff;
+      else w_rel = std::max(w_rel, std::fabs(double(gw[t * k + i]) - rw[i]) / std::fabs(rw[i]));
+    }
+  }
+  for (size_t i = 0; i < rlog.size(); ++i) log_rel = std::max(log_rel, std::fabs(double(glog[i]) - rlog[i]) / (std::fabs(rlog[i]) + 1e-3));
+
+  std::vector<float> outr(size_t(T) * d);
+  const std::vector<uint16_t> gb = to_bits(gate);
+  MoeRefIn in{T, d, E, k, I, route_scale, limit, true, x.data(), gb.data(), bias.data(),
+              w1.data(), w1s.data(), w3.data(), w3s.data(), w2.data(), w2s.data(),
+              s1.data(), s1s.data(), s3.data(), s3s.data(), s2.data(), s2s.data()};
+  ref().moe(in, outr.data());
+  Cmp c;
+  c.r.op = "moe";
+  c.r.shape = shape_str({{"T", T}, {"d", d}, {"E", E}, {"k", k}, {"I", I}});
+  c.r.bound = "2ulp+2^-7*rms(row)";
+  for (int t = 0; t < T; ++t) {
+    double ss = 0;
+    for (int i = 0; i < d; ++i) ss += double(outr[size_t(t) * d + i]) * outr[size_t(t) * d + i];
+    const double rms = std::sqrt(ss / d);
+    for (int i = 0; i < d; ++i) {
+      const float rv = outr[size_t(t) * d + i];
+      c.add(out[size_t(t) * d + i], rv, 2 * bf16_ulp(rv) + std::ldexp(rms, -7));
+    }
+  }
+  char note[200];
+  std::snprintf(note, sizeof note, "routing: %lld/%d picks differ, max w rel err %.2g, max logit rel err %.2g",
+                (long long)sel_diff, P, w_rel, log_rel);
+  c.r.note = note;
+  return c.done(sel_diff == 0 && w_rel < 1e-5);
+}
+
+// Tiny; several 64-row tiles per expert; released (384 experts top-6, inner 2304) at decode T = 8.
+inline std::vector<CheckResult> cases_moe() {
+  return {check_moe({5, 256, 16, 4, 128}, 41), check_moe({400, 256, 16, 2, 128}, 42),
+          check_moe({8, 5120, 384, 6, 2304}, 43)};
+}
+
+}  // namespace dsv41::gputest
