@@ -139,7 +139,7 @@ class Run:
         self.state = ck["state"]
         self.plan = ck["plan"]
         self._make_opts()
-        if PHASES[self.state["phase"]] == "dspark":
+        if self.state["phase"] >= PHASES.index("dspark"):  # dspark, or a finished run
             self._freeze_backbone()
         self.opt.load_state_dict(ck["opt"])
         if ck.get("dopt") is not None:
