@@ -18,5 +18,6 @@ Command add_tokenize(CLI::App& app);
 Command add_generate(CLI::App& app);
 Command add_chat(CLI::App& app);
 Command add_serve(CLI::App& app);
+Command add_perplexity(CLI::App& app);
 
 }  // namespace dsv41::cli

@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   using namespace dsv41::cli;
   std::vector<Command> cmds = {add_inspect(app), add_golden(app), add_template(app), add_parse(app), add_tokenize(app),
-                               add_generate(app), add_chat(app), add_serve(app)};
+                               add_generate(app), add_chat(app), add_serve(app), add_perplexity(app)};
   CLI11_PARSE(app, argc, argv);
   for (auto& c : cmds)
     if (c.sub->parsed()) return c.run(c.opts);

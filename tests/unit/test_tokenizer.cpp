@@ -253,7 +253,7 @@ TEST_CASE("tokenizer: option variants (normalizers, split behaviors, added-token
   REQUIRE(!cases.empty());
   const size_t stride = 6;  // gen_cases.py STRIDE
   for (const char* name : {"gpt2_prefix_nfkc", "llama3_splits", "dsv3_merged_next", "dsv3_o200k",
-                           "gpt2_byte_fallback", "gpt2_unk"}) {
+                           "gpt2_byte_fallback", "gpt2_unk", "gpt2_patterns"}) {
     DYNAMIC_SECTION(name) {
       auto t = Tokenizer::from_json_string(patched_json(kDir + "variants/" + name + ".json"));
       INFO(t.status().to_string());
@@ -412,6 +412,13 @@ TEST_CASE("tokenizer: regex engine details", "[tokenizer]") {
   CHECK(matches("(?>a+)b|a+", "aaa") == V{"aaa"});
   CHECK(matches("[一-龥]+", "x中文y") == V{"中文"});
   CHECK(matches("(a|)*b", "aab") == V{"aab"});
+  // Case folding applies before negation; \w is Oniguruma's (² yes, ① no).
+  CHECK(matches("(?i:[^a-z]+)", "abXY12") == V{"12"});
+  CHECK(matches("\\w+", "a\u00b2\u2460b\u24b6") == V{"a\u00b2", "b\u24b6"});
+  CHECK(matches("\\d+", "1\u0663\u00b2") == V{"1\u0663"});
+  CHECK(matches("(?m:.+)", "a\nb") == V{"a\nb"});
+  CHECK(matches(".+", "a\nb") == V{"a", "b"});
+  CHECK(matches("^\\w", "ab\ncd") == V{"a", "c"});
   CHECK(Regex::compile("a{2,1}").status().code() == Code::format_error);
   CHECK(Regex::compile("(?<=a)b").status().code() == Code::unsupported);
   CHECK(Regex::compile("[a").status().code() == Code::format_error);

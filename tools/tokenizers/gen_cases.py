@@ -399,6 +399,20 @@ def variants(base):
                  "use_regex": False}]},
         },
     }
+    v["gpt2_patterns"] = {
+        "base": "gpt2",
+        "set": {
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": "\\s+$|^\\s+|\\b\\w+\\b"},
+                 "behavior": "Isolated", "invert": False},
+                {"type": "Split", "pattern": {"Regex": "(?i:[^a-z\\s\\d]+)|\\d{2,3}?"},
+                 "behavior": "Isolated", "invert": False},
+                {"type": "Split", "pattern": {"Regex": "(?m:.{1,6}?)(?=[.!?])|[\\x{1F300}-\\x{1FAFF}]+"},
+                 "behavior": "MergedWithPrevious", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                 "use_regex": False}]},
+        },
+    }
     gv = json.loads(base["gpt2"])["model"]["vocab"]
     n = max(gv.values()) + 1
     fallback = {"<unk>": n}

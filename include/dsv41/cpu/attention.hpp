@@ -167,9 +167,7 @@ inline std::vector<int32_t> index_select(const AttnContext& c, const LayerState&
       float acc = 0.f;
       for (int h = 0; h < nI; ++h) {
         const float* qh = q.data() + (size_t(t) * nI + h) * dI;
-        float dot = 0.f;
-        for (int i = 0; i < dI; ++i) dot += qh[i] * keys[size_t(j) * dI + i];
-        acc += w[size_t(t) * nI + h] * std::max(dot, 0.f);
+        acc += w[size_t(t) * nI + h] * std::max(dot(qh, keys.data() + size_t(j) * dI, dI), 0.f);
       }
       sc[j] = acc;
     }
@@ -197,9 +195,7 @@ inline void output_projection(const ModelShape& s, const LayerWeights& w, const 
       w.wo_a.row(g * R + rr, rowbuf.data());
       for (int t = 0; t < S; ++t) {
         const float* og = o + size_t(t) * H * D + size_t(g) * gw;
-        float acc = 0.f;
-        for (int i = 0; i < gw; ++i) acc += og[i] * rowbuf[i];
-        u[size_t(t) * G * R + size_t(g) * R + rr] = bf16(acc);
+        u[size_t(t) * G * R + size_t(g) * R + rr] = bf16(dot(og, rowbuf.data(), gw));
       }
     }
   linear(w.wo_b, u.data(), S, out);

@@ -1,7 +1,8 @@
-// BPE merge step: a word's initial symbols are merged pair by pair, always the pair of
-// lowest merge rank first (leftmost among equal ranks), as the `tokenizers` BPE model does.
+// BPE merge step (a word's initial symbols are merged pair by pair, always the pair of
+// lowest merge rank first, leftmost among equal ranks, as `tokenizers` does) and a word cache.
 #pragma once
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -130,7 +131,7 @@ class WordCache {
   };
   void grow() {
     std::vector<Slot> old = std::move(slots_);
-    slots_.assign(old.empty() ? 4096 : old.size() * 2, Slot{});
+    slots_.assign(old.empty() ? 256 : old.size() * 2, Slot{});
     mask_ = slots_.size() - 1;
     for (const Slot& s : old)
       if (s.used) {
@@ -169,6 +170,36 @@ inline void bpe_merge(const MergeTable& merges, std::vector<int32_t>& ids, BpeSc
       ids.resize(1);
       ids[0] = m->id;
     }
+    return;
+  }
+  if (n <= 24) {
+    // Short words: keep each adjacent pair's merge and apply the lowest rank (leftmost on
+    // ties) until none is left; the same result as the queue below, with less overhead.
+    int32_t rank[24], mid[24];
+    int m = n;
+    int32_t* w = ids.data();
+    for (int i = 0; i + 1 < m; ++i) {
+      const auto* e = merges.find(w[i], w[i + 1]);
+      rank[i] = e ? e->rank : INT32_MAX;
+      mid[i] = e ? e->id : -1;
+    }
+    for (;;) {
+      int best = -1;
+      int32_t br = INT32_MAX;
+      for (int i = 0; i + 1 < m; ++i)
+        if (rank[i] < br) br = rank[i], best = i;
+      if (best < 0) break;
+      w[best] = mid[best];
+      for (int i = best + 1; i + 1 < m; ++i) w[i] = w[i + 1];
+      for (int i = best + 1; i + 2 < m; ++i) rank[i] = rank[i + 1], mid[i] = mid[i + 1];
+      --m;
+      for (int i = std::max(best - 1, 0); i <= best && i + 1 < m; ++i) {
+        const auto* e = merges.find(w[i], w[i + 1]);
+        rank[i] = e ? e->rank : INT32_MAX;
+        mid[i] = e ? e->id : -1;
+      }
+    }
+    ids.resize(m);
     return;
   }
   auto& syms = sc.syms;

@@ -13,14 +13,29 @@
 // sequence), Digits, Sequence; model BPE (merges as "a b" or ["a","b"], ignore_merges,
 // unk_token/fuse_unk, byte_fallback); decoder ByteLevel or none. Anything else is rejected
 // with Code::unsupported when the file is loaded.
+//
+// Ids follow `tokenizers`: an added token whose content is in the model vocabulary takes that
+// id, any other gets the next free one (a differing "id" in the file is reported in
+// warnings()). decode() keeps special tokens unless asked (Python's default is to skip them).
+// encode/decode are const and keep no state between calls, so one Tokenizer can serve many
+// threads; a StreamDecoder refers to its Tokenizer, which must outlive it and not move.
+//
+//   auto tok = dsv41::text::Tokenizer::from_json_file("tokenizer.json");
+//   if (!tok.ok()) return tok.status();
+//   std::vector<int32_t> ids = tok->encode("Hello");
+//   auto sd = tok->stream_decoder();
+//   for (int32_t id : ids) std::cout << sd.push(id);
+//   std::cout << sd.flush();
 #pragma once
 #include <utf8proc.h>
 
 #include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -77,6 +92,39 @@ inline bool is_rust_word(uint32_t cp) {
   return (mask >> general_category(cp)) & 1u;
 }
 
+// A growable array of trivially copyable values that does not zero new storage.
+template <class T>
+class PodBuffer {
+ public:
+  T* data() { return p_.get(); }
+  const T* data() const { return p_.get(); }
+  size_t size() const { return n_; }
+  void clear() { n_ = 0; }
+  void reserve(size_t n) {
+    if (n <= cap_) return;
+    const size_t c = std::max(n, cap_ * 2);
+    auto q = std::make_unique_for_overwrite<T[]>(c);
+    if (n_) std::memcpy(q.get(), p_.get(), n_ * sizeof(T));
+    p_ = std::move(q);
+    cap_ = c;
+  }
+  void resize_uninitialized(size_t n) {
+    reserve(n);
+    n_ = n;
+  }
+  void push_back(T v) {
+    if (n_ == cap_) reserve(n_ + 1);
+    p_[n_++] = v;
+  }
+  void pop_back() { --n_; }
+  T& operator[](size_t i) { return p_[i]; }
+  const T& operator[](size_t i) const { return p_[i]; }
+
+ private:
+  std::unique_ptr<T[]> p_;
+  size_t n_ = 0, cap_ = 0;
+};
+
 // Leftmost-longest matcher over the added tokens (a byte trie).
 class AddedMatcher {
  public:
@@ -96,15 +144,17 @@ class AddedMatcher {
       cur = nxt;
     }
     nodes_[cur].token = token;
-    first_[static_cast<unsigned char>(s[0]) >> 6] |= uint64_t{1} << (static_cast<unsigned char>(s[0]) & 63);
+    first_[static_cast<unsigned char>(s[0])] = 1;
   }
   bool empty() const { return nodes_.empty(); }
   // Next match at or after `from`: earliest start, then longest.
   bool find(std::string_view t, size_t from, size_t& ms, size_t& me, int32_t& token) const {
     if (nodes_.empty()) return false;
     const auto* p = reinterpret_cast<const unsigned char*>(t.data());
-    for (size_t s = from; s < t.size(); ++s) {
-      if (!((first_[p[s] >> 6] >> (p[s] & 63)) & 1u)) continue;
+    const size_t n = t.size();
+    for (size_t s = from; s < n; ++s) {
+      while (s < n && !first_[p[s]]) ++s;
+      if (s >= n) break;
       int cur = 0, best = -1;
       size_t best_end = 0;
       for (size_t i = s; i < t.size(); ++i) {
@@ -137,7 +187,7 @@ class AddedMatcher {
     int32_t token = -1;
   };
   std::vector<Node> nodes_;
-  uint64_t first_[4] = {0, 0, 0, 0};
+  std::array<uint8_t, 256> first_{};  // bytes that start some token
 };
 
 }  // namespace detail
@@ -320,10 +370,15 @@ class Tokenizer {
 
   // ---- encoding ----
   struct Scratch {
-    std::vector<uint32_t> cp;
-    std::vector<uint8_t> cat;
-    std::vector<uint32_t> boff;  // byte offset of each code point in `bytes`, plus the end
-    std::string bytes;
+    // The text as code points: [0, n_src) decodes `src`; code points after that are regions
+    // added by ByteLevel's add_prefix_space, whose UTF-8 is in `extra`.
+    detail::PodBuffer<uint32_t> cp;
+    detail::PodBuffer<uint8_t> cat;
+    std::string_view src;
+    int n_src = 0;
+    std::string extra;
+    int walk_cp[2] = {0, 0};  // byte offsets found by walking forward, one walk per region
+    size_t walk_byte[2] = {0, 0};
     std::vector<std::pair<int, int>> pieces, next;
     std::vector<std::pair<std::pair<int, int>, bool>> matches, merged;
     RegexScratch rx;
@@ -408,58 +463,81 @@ class Tokenizer {
     });
   }
 
+  // Decodes s into sc.cp/sc.cat (s must stay alive while they are used).
   static void load_text(std::string_view s, Scratch& sc) {
-    sc.cp.clear();
-    sc.cat.clear();
-    sc.boff.clear();
-    sc.bytes.assign(s.data(), s.size());
-    sc.cp.reserve(s.size() + 1);
-    sc.cat.reserve(s.size() + 1);
-    sc.boff.reserve(s.size() + 1);
+    sc.src = s;
+    sc.extra.clear();
+    sc.cp.resize_uninitialized(s.size());
+    sc.cat.resize_uninitialized(s.size());
     const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-    size_t i = 0;
+    uint32_t* cp = sc.cp.data();
+    uint8_t* cat = sc.cat.data();
+    size_t i = 0, n = 0;
     while (i < s.size()) {
-      sc.boff.push_back(static_cast<uint32_t>(i));
       const uint32_t c = utf8::next(p, i);
-      sc.cp.push_back(c);
-      sc.cat.push_back(general_category(c));
+      cp[n] = c;
+      cat[n] = general_category(c);
+      ++n;
     }
-    sc.boff.push_back(static_cast<uint32_t>(s.size()));
+    sc.cp.resize_uninitialized(n);
+    sc.cat.resize_uninitialized(n);
+    sc.n_src = static_cast<int>(n);
+    sc.walk_cp[0] = 0;
+    sc.walk_byte[0] = 0;
+    sc.walk_cp[1] = sc.n_src;
+    sc.walk_byte[1] = 0;
+  }
+
+  // Byte offset of code point i within its region; successive calls per region must not go back.
+  static size_t byte_at(Scratch& sc, int region, int i) {
+    int& k = sc.walk_cp[region];
+    size_t& b = sc.walk_byte[region];
+    const uint32_t* cp = sc.cp.data();
+    while (k < i) b += utf8::length_of(cp[k++]);
+    return b;
+  }
+
+  // UTF-8 of the code points [b, e); pieces must be asked for in text order.
+  static std::string_view piece_bytes(Scratch& sc, int b, int e) {
+    const int region = b < sc.n_src ? 0 : 1;
+    const size_t x = byte_at(sc, region, b), y = byte_at(sc, region, e);
+    return (region == 0 ? sc.src : std::string_view(sc.extra)).substr(x, y - x);
   }
 
   // Appends " " + the code points [b, e) as a new region; returns its range.
   static std::pair<int, int> append_with_space(Scratch& sc, int b, int e) {
     const int start = static_cast<int>(sc.cp.size());
-    const uint32_t bb = sc.boff[b], be = sc.boff[e];
-    sc.boff.pop_back();
-    sc.boff.push_back(static_cast<uint32_t>(sc.bytes.size()));
+    sc.cp.reserve(sc.cp.size() + 1 + (e - b));  // the copies below read what they grow
+    sc.cat.reserve(sc.cat.size() + 1 + (e - b));
     sc.cp.push_back(' ');
     sc.cat.push_back(general_category(' '));
-    const uint32_t shift = static_cast<uint32_t>(sc.bytes.size()) + 1 - bb;
-    // Reserve first: the copies below read from the same containers they grow.
-    sc.bytes.reserve(sc.bytes.size() + 1 + (be - bb));
-    sc.cp.reserve(sc.cp.size() + (e - b));
-    sc.cat.reserve(sc.cat.size() + (e - b));
-    sc.boff.reserve(sc.boff.size() + (e - b) + 1);
-    sc.bytes.push_back(' ');
-    sc.bytes.append(sc.bytes, bb, be - bb);
+    sc.extra.push_back(' ');
     for (int k = b; k < e; ++k) {
       sc.cp.push_back(sc.cp[k]);
       sc.cat.push_back(sc.cat[k]);
-      sc.boff.push_back(sc.boff[k] + shift);
+      utf8::append(sc.extra, sc.cp[k]);
     }
-    sc.boff.push_back(static_cast<uint32_t>(sc.bytes.size()));
     return {start, static_cast<int>(sc.cp.size())};
   }
 
-  // Splits every piece by `re` and keeps the parts `behavior` keeps (NormalizedString::split).
-  static void split_pieces(const Regex& re, Behavior behavior, bool invert, Scratch& sc) {
-    sc.next.clear();
+  // Splits every piece by `re` and passes the parts `behavior` keeps, in order, to
+  // emit(begin, end) (NormalizedString::split; empty parts are dropped).
+  template <class F>
+  static void split_pieces(const Regex& re, Behavior behavior, bool invert, Scratch& sc, F&& emit) {
     for (const auto& [b, e] : sc.pieces) {
-      auto& m = sc.matches;
-      m.clear();
       int prev = b;
       const RegexInput in{sc.cp.data(), sc.cat.data(), b, e};
+      if (behavior == Behavior::Isolated) {  // every part is kept: no bookkeeping needed
+        re.for_each_match(in, sc.rx, [&](int s, int t) {
+          if (prev != s) emit(prev, s);
+          if (t != s) emit(s, t);
+          prev = t;
+        });
+        if (prev != e) emit(prev, e);
+        continue;
+      }
+      auto& m = sc.matches;
+      m.clear();
       re.for_each_match(in, sc.rx, [&](int s, int t) {
         if (prev != s) m.push_back({{prev, s}, false});
         m.push_back({{s, t}, true});
@@ -503,9 +581,8 @@ class Tokenizer {
           break;
       }
       for (auto& x : r)
-        if (!x.second && x.first.second > x.first.first) sc.next.push_back(x.first);
+        if (!x.second && x.first.second > x.first.first) emit(x.first.first, x.first.second);
     }
-    std::swap(sc.pieces, sc.next);
   }
 
   void encode_piece(std::string_view text, Scratch& sc, std::vector<int32_t>& out) const {
@@ -516,20 +593,32 @@ class Tokenizer {
     load_text(text, sc);
     sc.pieces.clear();
     sc.pieces.push_back({0, static_cast<int>(sc.cp.size())});
-    for (const PreStep& st : pre_) {
+    // The last step hands its pieces straight to the model instead of listing them.
+    auto to_model = [&](int b, int e) { encode_word(piece_bytes(sc, b, e), sc, out); };
+    auto to_next = [&](int b, int e) { sc.next.push_back({b, e}); };
+    for (size_t i = 0; i < pre_.size(); ++i) {
+      const PreStep& st = pre_[i];
+      const bool last = i + 1 == pre_.size();
       if (st.type == PreStep::Split) {
-        split_pieces(st.re, st.behavior, st.invert, sc);
+        if (last) {
+          split_pieces(st.re, st.behavior, st.invert, sc, to_model);
+        } else {
+          sc.next.clear();
+          split_pieces(st.re, st.behavior, st.invert, sc, to_next);
+          std::swap(sc.pieces, sc.next);
+        }
         continue;
       }
+      // ByteLevel, always the last step.
       if (st.add_prefix_space) {
         for (auto& pc : sc.pieces)
           if (sc.cp[pc.first] != ' ') pc = append_with_space(sc, pc.first, pc.second);
       }
-      if (st.use_regex) split_pieces(st.re, Behavior::Isolated, false, sc);
-    }
-    for (const auto& [b, e] : sc.pieces) {
-      const std::string_view w(sc.bytes.data() + sc.boff[b], sc.boff[e] - sc.boff[b]);
-      encode_word(w, sc, out);
+      if (st.use_regex) {
+        split_pieces(st.re, Behavior::Isolated, false, sc, to_model);
+      } else {
+        for (const auto& [b, e] : sc.pieces) to_model(b, e);
+      }
     }
   }
 
@@ -682,14 +771,15 @@ class Tokenizer {
         case NormStep::Replace: {
           load_text(s, sc);
           std::string o;
-          int prev = 0;
+          size_t prev = 0;
           const RegexInput rin{sc.cp.data(), sc.cat.data(), 0, static_cast<int>(sc.cp.size())};
           n.re.for_each_match(rin, sc.rx, [&](int a, int b) {
-            o.append(sc.bytes, sc.boff[prev], sc.boff[a] - sc.boff[prev]);
+            const size_t x = byte_at(sc, 0, a);
+            o.append(s, prev, x - prev);
             o += n.content;
-            prev = b;
+            prev = byte_at(sc, 0, b);
           });
-          o.append(sc.bytes, sc.boff[prev], std::string::npos);
+          o.append(s, prev, std::string::npos);
           s = std::move(o);
           break;
         }

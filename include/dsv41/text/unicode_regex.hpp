@@ -1,10 +1,13 @@
 // A small backtracking regex engine over code points, for the pre-tokenizer patterns of
 // Hugging Face tokenizer.json files. It follows Oniguruma's Ruby syntax as the `tokenizers`
 // package uses it: leftmost match, ordered alternation, greedy/lazy/possessive quantifiers,
-// \p{..} general categories (from utf8proc), \s as Unicode White_Space, ^/$ as line anchors,
-// lookahead, atomic groups, (?i) case folding, nested classes and && intersection.
+// \p{..} general categories (from utf8proc), \s as Unicode White_Space, \d as Nd, \w as
+// Oniguruma's word set, ^/$ as line anchors, . without newline unless (?m), lookahead,
+// atomic groups, (?i) with one-to-one case folding, nested classes and && intersection.
 // Not supported (compile returns `unsupported`): back references, lookbehind, script
-// properties such as \p{Han}, POSIX brackets, (?x).
+// properties such as \p{Han}, POSIX brackets, (?x). Known differences: (?i) does not fold
+// one code point to several (Oniguruma matches "straße" with "STRASSE"), and nested
+// quantifiers over the same text such as (\s*)+ backtrack exponentially on a failed match.
 #pragma once
 #include <utf8proc.h>
 
@@ -65,8 +68,17 @@ inline constexpr uint32_t S = bit(UTF8PROC_CATEGORY_SM) | bit(UTF8PROC_CATEGORY_
 inline constexpr uint32_t Z = bit(UTF8PROC_CATEGORY_ZS) | bit(UTF8PROC_CATEGORY_ZL) | bit(UTF8PROC_CATEGORY_ZP);
 inline constexpr uint32_t C = bit(UTF8PROC_CATEGORY_CN) | bit(UTF8PROC_CATEGORY_CC) | bit(UTF8PROC_CATEGORY_CF) |
                               bit(UTF8PROC_CATEGORY_CS) | bit(UTF8PROC_CATEGORY_CO);
-// Oniguruma's \w for Unicode text: letters, marks, numbers and connector punctuation.
-inline constexpr uint32_t Word = L | M | N | bit(UTF8PROC_CATEGORY_PC);
+// Oniguruma's \w (as the `tokenizers` build has it): letters, marks, Nd, Nl, Pc, plus the
+// ranges below (Latin-1 superscripts and fractions, circled and squared Latin letters).
+inline constexpr uint32_t Word = L | M | bit(UTF8PROC_CATEGORY_ND) | bit(UTF8PROC_CATEGORY_NL) | bit(UTF8PROC_CATEGORY_PC);
+inline constexpr std::pair<uint32_t, uint32_t> kWordExtra[] = {
+    {0xB2, 0xB3}, {0xB9, 0xB9}, {0xBC, 0xBE}, {0x24B6, 0x24E9}, {0x1F130, 0x1F149}, {0x1F150, 0x1F169}, {0x1F170, 0x1F189}};
+inline bool is_word(uint32_t cp, uint8_t cat) {
+  if ((Word >> cat) & 1u) return true;
+  for (const auto& [lo, hi] : kWordExtra)
+    if (cp >= lo && cp <= hi) return true;
+  return false;
+}
 }  // namespace gc
 
 // Code points of the text being matched, with their general categories; a match runs on the
@@ -81,18 +93,28 @@ struct RegexInput {
 struct RegexScratch {
   struct Frame {
     int kind, pc, pos, aux;
+    int aux2 = 0;  // kRepGreedy: the Repeat instruction
   };
-  // The backtracking stack: a vector whose push stays inline (growth is the rare path).
+  // The backtracking stack; push stays inline, growth is the rare out-of-line path.
   struct Stack {
     std::vector<Frame> v;
-    size_t n = 0;
+    Frame* data = nullptr;
+    size_t n = 0, cap = 0;
+    Stack() = default;
+    Stack(const Stack&) = delete;
+    Stack& operator=(const Stack&) = delete;
     size_t size() const { return n; }
     void push(Frame f) {
-      if (n == v.size()) v.resize(v.empty() ? 64 : v.size() * 2);
-      v[n++] = f;
+      if (n == cap) grow();
+      data[n++] = f;
     }
-    Frame pop() { return v[--n]; }
+    Frame pop() { return data[--n]; }
     void resize(size_t k) { n = k; }
+    [[gnu::noinline]] void grow() {
+      v.resize(v.empty() ? 256 : v.size() * 2);
+      data = v.data();
+      cap = v.size();
+    }
   };
   Stack stack;
   std::vector<int> regs;
@@ -128,8 +150,16 @@ class Regex {
   // Leftmost match starting at or after `from`; false when there is none.
   bool search(const RegexInput& in, int from, int& mstart, int& mend, RegexScratch& sc) const {
     if (sc.regs.size() < static_cast<size_t>(nregs_)) sc.regs.resize(nregs_, -1);
+    const uint8_t* ft = first_table_.data();
     for (int s = from; s <= in.hi; ++s) {
-      if (first_ >= 0 && (s >= in.hi || !class_match(first_, in.cp[s], in.cat[s]))) continue;
+      if (first_ >= 0) {  // skip positions where no match can start
+        while (s < in.hi) {
+          const uint32_t c = in.cp[s];
+          if (c < 128 ? ft[c] : class_slow(first_, c, in.cat[s])) break;
+          ++s;
+        }
+        if (s >= in.hi) return false;
+      }
       const int e = run(in, sc, 0, s);
       if (e >= 0) {
         mstart = s;
@@ -172,6 +202,15 @@ class Regex {
     int32_t x = 0, y = 0; // operands (code point, class, targets, register)
     int32_t guard = -1;   // Split: class the next code point must be in for x to be tried
     int32_t min = 0, max = 0;
+    uint64_t ascii[2] = {0, 0};  // ASCII members of the class in x (Class, Repeat) or guard (Split)
+    // Greedy Repeat: what the next instruction needs at the position the repeat stops at
+    // (1: a code point in class `follow`; 2: the end or a code point not in it). Positions
+    // that fail it are skipped instead of being tried.
+    uint8_t follow_kind = 0;
+    uint8_t skip = 0;   // Repeat: the next instruction is a lookahead that follow_kind decides; jump over it
+    bool tail = false;  // Repeat: only Jmps lead from it to Match, so shorter counts are never needed
+    int32_t follow = -1;
+    uint64_t follow_ascii[2] = {0, 0};
   };
 
   struct CharClass {
@@ -186,12 +225,15 @@ class Regex {
 
   std::vector<Inst> prog_;
   std::vector<CharClass> classes_;
+  std::vector<std::array<uint8_t, 128>> tables_;  // per class: 1 for ASCII members (for scans)
   // Dispatch tables: for an ASCII code point, where in an alternation's chain of Splits to
   // start (skipping alternatives whose first code point cannot be it).
   std::vector<std::array<int32_t, 128>> dispatch_;
   int first_ = -1;  // class of possible first code points, -1 when the pattern can match empty
+  std::array<uint8_t, 128> first_table_{};  // ASCII code points that can start a match
   int nregs_ = 0;
 
+  // Membership before negation.
   bool class_raw(int idx, uint32_t cp, uint8_t cat) const {
     const CharClass& c = classes_[idx];
     bool m = (c.cats >> cat) & 1u;
@@ -211,19 +253,31 @@ class Regex {
           m = false;
           break;
         }
-    return m != c.negated;
+    return m;
   }
-  bool class_slow(int idx, uint32_t cp, uint8_t cat) const {
-    if (class_raw(idx, cp, cat)) return true;
-    if (!classes_[idx].icase) return false;
-    const uint32_t alts[3] = {case_fold(cp), static_cast<uint32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(cp))),
-                              static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp)))};
-    for (uint32_t a : alts)
-      if (a != cp && class_raw(idx, a, general_category(a))) return true;
-    return false;
+  // Case-insensitive classes match a code point when any of its case variants is a member;
+  // negation applies after that, as in Oniguruma ((?i)[^a-z] excludes A-Z too).
+  [[gnu::noinline]] bool class_slow(int idx, uint32_t cp, uint8_t cat) const {
+    const CharClass& c = classes_[idx];
+    bool m = class_raw(idx, cp, cat);
+    if (!m && c.icase) {
+      const uint32_t alts[3] = {case_fold(cp), static_cast<uint32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(cp))),
+                                static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp)))};
+      for (uint32_t a : alts)
+        if (a != cp && class_raw(idx, a, general_category(a))) {
+          m = true;
+          break;
+        }
+    }
+    return m != c.negated;
   }
   bool class_match(int idx, uint32_t cp, uint8_t cat) const {
     if (cp < 128) return (classes_[idx].ascii[cp >> 6] >> (cp & 63)) & 1u;
+    return class_slow(idx, cp, cat);
+  }
+  // Class test with the ASCII bitmap carried in the instruction.
+  bool in_class(const uint64_t* ascii, int idx, uint32_t cp, uint8_t cat) const {
+    if (cp < 128) return (ascii[cp >> 6] >> (cp & 63)) & 1u;
     return class_slow(idx, cp, cat);
   }
   void finish_class(int idx) {
@@ -239,13 +293,20 @@ class Regex {
     switch (in.inner) {
       case Op::Char: return c == static_cast<uint32_t>(in.x);
       case Op::CharI: return case_fold(c) == static_cast<uint32_t>(in.x);
-      case Op::Class: return class_match(in.x, c, t.cat[p]);
+      case Op::Class: return in_class(in.ascii, in.x, c, t.cat[p]);
       case Op::Any: return c != '\n';
       default: return true;  // AnyNL
     }
   }
 
-  bool is_word(const RegexInput& t, int p) const { return (gc::Word >> t.cat[p]) & 1u; }
+  [[gnu::always_inline]] bool follow_ok(const Inst& in, const RegexInput& t, int p) const {
+    if (p >= t.hi) return in.follow_kind == 2;
+    const uint32_t c = t.cp[p];
+    const bool m = c < 128 ? (in.follow_ascii[c >> 6] >> (c & 63)) & 1u : class_slow(in.follow, c, t.cat[p]);
+    return m == (in.follow_kind == 1);
+  }
+
+  bool is_word(const RegexInput& t, int p) const { return gc::is_word(t.cp[p], t.cat[p]); }
 
   enum FrameKind { kBranch, kRepGreedy, kRepLazy, kRestore };
 
@@ -263,7 +324,7 @@ class Regex {
           if (pos < t.hi && case_fold(t.cp[pos]) == static_cast<uint32_t>(in.x)) { ++pos; ++pc; continue; }
           goto fail;
         case Op::Class:
-          if (pos < t.hi && class_match(in.x, t.cp[pos], t.cat[pos])) { ++pos; ++pc; continue; }
+          if (pos < t.hi && in_class(in.ascii, in.x, t.cp[pos], t.cat[pos])) { ++pos; ++pc; continue; }
           goto fail;
         case Op::Any:
           if (pos < t.hi && t.cp[pos] != '\n') { ++pos; ++pc; continue; }
@@ -272,7 +333,7 @@ class Regex {
           if (pos < t.hi) { ++pos; ++pc; continue; }
           goto fail;
         case Op::Split:
-          if (in.guard >= 0 && !(pos < t.hi && class_match(in.guard, t.cp[pos], t.cat[pos]))) {
+          if (in.guard >= 0 && !(pos < t.hi && in_class(in.ascii, in.guard, t.cp[pos], t.cat[pos]))) {
             pc = in.y;
             continue;
           }
@@ -302,9 +363,15 @@ class Regex {
           }
           int p = pos;
           switch (in.inner) {  // the hot loops, without per-character dispatch
-            case Op::Class:
-              while (p < lim && class_match(in.x, t.cp[p], t.cat[p])) ++p;
+            case Op::Class: {
+              const uint8_t* tb = tables_[in.x].data();
+              while (p < lim) {
+                const uint32_t c = t.cp[p];
+                if (c < 128 ? !tb[c] : !class_slow(in.x, c, t.cat[p])) break;
+                ++p;
+              }
               break;
+            }
             case Op::Char:
               while (p < lim && t.cp[p] == static_cast<uint32_t>(in.x)) ++p;
               break;
@@ -312,7 +379,17 @@ class Regex {
               while (p < lim && single(in, t, p)) ++p;
           }
           if (p - start < in.min) goto fail;
-          if (in.mode == kGreedy && p - start > in.min) st.push({kRepGreedy, pc + 1, p, start + in.min});
+          if (in.mode == kGreedy) {
+            const int lo = start + in.min;
+            if (in.follow_kind) {
+              while (p > lo && !follow_ok(in, t, p)) --p;
+              if (!follow_ok(in, t, p)) goto fail;
+            }
+            if (p > lo && !in.tail) st.push({kRepGreedy, pc + 1 + in.skip, p, lo, pc});
+            pos = p;
+            pc += 1 + in.skip;
+            continue;
+          }
           pos = p;
           ++pc;
           continue;
@@ -370,8 +447,13 @@ class Regex {
           break;
         }
         if (f.kind == kRepGreedy) {
-          const int p = f.pos - 1;
-          if (p > f.aux) st.push({kRepGreedy, f.pc, p, f.aux});
+          int p = f.pos - 1;
+          const Inst& ri = prog_[f.aux2];
+          if (ri.follow_kind) {
+            while (p > f.aux && !follow_ok(ri, t, p)) --p;
+            if (!follow_ok(ri, t, p)) continue;
+          }
+          if (p > f.aux) st.push({kRepGreedy, f.pc, p, f.aux, f.aux2});
           pc = f.pc;
           pos = p;
           break;
@@ -429,9 +511,67 @@ class Regex {
         DSV41_TRY(emit(node));
         re_.prog_.push_back({Op::Match});
       }
-      if (!nullable(root)) re_.first_ = first_class(root);
+      if (!nullable(root)) {
+        re_.first_ = first_class(root);
+        if (re_.first_ >= 0)
+          for (uint32_t c = 0; c < 128; ++c) re_.first_table_[c] = re_.class_match(re_.first_, c, general_category(c));
+      }
+      for (Inst& in : re_.prog_) {  // copy class bitmaps into the instructions that test them
+        int cls = -1;
+        if (in.op == Op::Class || (in.op == Op::Repeat && in.inner == Op::Class)) cls = in.x;
+        if (in.op == Op::Split) cls = in.guard;
+        if (cls >= 0) {
+          in.ascii[0] = re_.classes_[cls].ascii[0];
+          in.ascii[1] = re_.classes_[cls].ascii[1];
+        }
+      }
+      add_follow_guards();
+      re_.tables_.assign(re_.classes_.size(), {});
+      for (size_t k = 0; k < re_.classes_.size(); ++k)
+        for (uint32_t c = 0; c < 128; ++c) re_.tables_[k][c] = (re_.classes_[k].ascii[c >> 6] >> (c & 63)) & 1u;
       re_.nregs_ = nregs_;
       return Status::Ok();
+    }
+
+    // For each greedy Repeat, a necessary condition of the instruction after it.
+    void add_follow_guards() {
+      auto& prog = re_.prog_;
+      for (size_t i = 0; i < prog.size(); ++i) {
+        if (prog[i].op != Op::Repeat || prog[i].mode != kGreedy || prog[i].min == prog[i].max) continue;
+        size_t j = i + 1;
+        for (int hops = 0; prog[j].op == Op::Jmp && hops < 8; ++hops) j = static_cast<size_t>(prog[j].x);
+        const Inst nx = prog[j];
+        if (nx.op == Op::Match) {
+          prog[i].tail = true;
+          continue;
+        }
+        uint8_t kind = 0;
+        int cls = -1;
+        auto char_class = [&](uint32_t cp, bool icase) {
+          const int k = new_class();
+          re_.classes_[k].ranges = {{cp, cp}};
+          re_.classes_[k].icase = icase;
+          re_.finish_class(k);
+          return k;
+        };
+        if (nx.op == Op::Class) {
+          kind = 1, cls = nx.x;
+        } else if (nx.op == Op::Char || nx.op == Op::CharI) {
+          kind = 1, cls = char_class(static_cast<uint32_t>(nx.x), nx.op == Op::CharI);
+        } else if (nx.op == Op::Repeat && nx.min >= 1 && nx.inner == Op::Class) {
+          kind = 1, cls = nx.x;
+        } else if (nx.op == Op::Repeat && nx.min >= 1 && (nx.inner == Op::Char || nx.inner == Op::CharI)) {
+          kind = 1, cls = char_class(static_cast<uint32_t>(nx.x), nx.inner == Op::CharI);
+        } else if (nx.op == Op::Look && prog[nx.x].op == Op::Class && prog[nx.x + 1].op == Op::Match) {
+          kind = nx.mode == 1 ? 2 : 1, cls = prog[nx.x].x;  // (?!C) or (?=C): the guard is the whole test
+          if (j == i + 1) prog[i].skip = 1;
+        }
+        if (!kind) continue;
+        prog[i].follow_kind = kind;
+        prog[i].follow = cls;
+        prog[i].follow_ascii[0] = re_.classes_[cls].ascii[0];
+        prog[i].follow_ascii[1] = re_.classes_[cls].ascii[1];
+      }
     }
 
    private:
@@ -704,7 +844,7 @@ class Regex {
           make(gc::bit(UTF8PROC_CATEGORY_ND), {}, c == 'D');
           return Status::Ok();
         case 'w': case 'W':
-          make(gc::Word, {}, c == 'W');
+          make(gc::Word, {std::begin(gc::kWordExtra), std::end(gc::kWordExtra)}, c == 'W');
           return Status::Ok();
         case 'h': case 'H':
           make(0, {{'0', '9'}, {'A', 'F'}, {'a', 'f'}}, c == 'H');
