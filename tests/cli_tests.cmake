@@ -39,3 +39,12 @@ if(Python3_FOUND)
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_server.py $<TARGET_FILE:dsv41_cli> ${TINY} ${TINY_TOK})
   set_tests_properties(server_e2e_openai_client_and_curl PROPERTIES TIMEOUT 600)
 endif()
+
+# The bundled model: perplexity equals the PyTorch implementation's (tools/train/perplexity.py: 23.8202).
+if(Python3_FOUND AND EXISTS ${PROJECT_SOURCE_DIR}/models/dsv41-tiny-py/config.json)
+  add_test(NAME bundled_model_perplexity_matches_pytorch
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_perplexity.py $<TARGET_FILE:dsv41_cli>
+                   ${PROJECT_SOURCE_DIR}/models/dsv41-tiny-py ${PROJECT_SOURCE_DIR}/models/dsv41-tiny-py/heldout_sample.txt 23.8202)
+  set_tests_properties(bundled_model_perplexity_matches_pytorch PROPERTIES TIMEOUT 900)
+  dsv41_cli_test(bundled_model_inspect 0 "3 shard\\(s\\), 1271 tensors checked" ARGS inspect ${PROJECT_SOURCE_DIR}/models/dsv41-tiny-py)
+endif()
