@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <dsv41/dsv41.hpp>  // the whole host API compiles in a .cu translation unit too
 #include <dsv41/numeric/quant.hpp>
 
 __global__ void quantize_rows(float* x, int n, int rows) {
@@ -11,6 +12,7 @@ __global__ void quantize_rows(float* x, int n, int rows) {
 }
 
 int main() {
+  static_assert(dsv41::configs::global_kv_bytes_per_token<dsv41::configs::V41Flash>() == 890.0);
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("no CUDA device: built, not run\n");

@@ -1,5 +1,4 @@
-// Umbrella header for host code: configurations, the model, its states. (Not for .cu files: it
-// includes nlohmann-json; CUDA code includes the numeric/ and cuda/ headers it needs.)
+// Umbrella header: configurations, the model, its states. Compiles in .cpp and .cu translation units.
 #pragma once
 #include <dsv41/config/accounting.hpp>
 #include <dsv41/config/parse_config.hpp>

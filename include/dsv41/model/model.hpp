@@ -137,7 +137,7 @@ class Model {
     }
     m->fwd_ = std::make_unique<cpu::Forward>(m->shape_, m->w_, std::move(token_map), std::move(plan));
     if (!report(1.0f, "ready")) return error(Code::cancelled, "load cancelled");
-    return m;
+    return std::move(m);  // explicit: nvcc does not move into Result<T> implicitly
   }
 
   const ModelShape& shape() const { return shape_; }
