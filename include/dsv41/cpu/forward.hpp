@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include <dsv41/cpu/ops.hpp>
 #include <dsv41/engram/hash.hpp>
 #include <dsv41/model/state.hpp>
+#include <dsv41/model/state_snapshot.hpp>
 #include <dsv41/model/weights.hpp>
 
 namespace dsv41::cpu {
@@ -74,9 +76,29 @@ class Forward {
     return forward(st, ids, res, o);
   }
 
+  // Out of memory anywhere in the forward is an error of this call; the state is put back as it was.
   Status forward(SequenceState& st, std::span<const int32_t> ids, ForwardResult& res, const ForwardOptions& o) const {
+    DSV41_TRY(check_input(st, ids, st.pos + int64_t(ids.size())));
+    Snapshot before;
+    try {
+      before = snapshot(s_, sched_, st, ids);
+    } catch (const std::bad_alloc&) {
+      return error(Code::out_of_memory, "forward: out of memory");
+    }
+    try {
+      return forward_unguarded(st, ids, res, o);
+    } catch (const std::bad_alloc&) {
+      (void)restore(st, before, 0);
+      res = ForwardResult{};
+      return error(Code::out_of_memory, "forward: out of memory after " + std::to_string(st.pos) +
+                                            " positions; the sequence is unchanged");
+    }
+  }
+
+ private:
+  Status forward_unguarded(SequenceState& st, std::span<const int32_t> ids, ForwardResult& res,
+                           const ForwardOptions& o) const {
     const int S = int(ids.size());
-    DSV41_TRY(check_input(st, ids, st.pos + S));
     if (o.bounded_replay) DSV41_TRY(check_bounded_replay());
     Rows r;
     DSV41_TRY(start_rows(st, ids, st.history, st.pos, o.hooks, r));
@@ -101,6 +123,7 @@ class Forward {
     return Status::Ok();
   }
 
+ public:
   // SPEC §5 Encoder SWA Bounded Replay: rebuilds every layer's window (and the DSpark rings) from the
   // last tokens after the rings were dropped, reusing the stored global KV; positions do not advance.
   // `recent` holds the sequence's last tokens, at least min(pos, W + N − 1) of them (N: Engram n-gram).

@@ -53,7 +53,7 @@ class MappedFile {
     MappedFile m;
     if (st.st_size <= 0) {
       ::close(fd);
-      return std::move(m);  // explicit: nvcc does not move into Result<T> implicitly
+      return Result<MappedFile>(std::move(m));  // nvcc does not move into Result<T> implicitly
     }
     const auto size = static_cast<size_t>(st.st_size);
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -62,7 +62,7 @@ class MappedFile {
     if (p == MAP_FAILED) return error(Code::io_error, "cannot mmap '" + path + "': " + errno_text(e));
     m.data_ = static_cast<const std::byte*>(p);
     m.size_ = size;
-    return std::move(m);
+    return Result<MappedFile>(std::move(m));
   }
 
   const std::byte* data() const { return data_; }

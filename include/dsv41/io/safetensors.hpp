@@ -540,7 +540,7 @@ class Checkpoint {
     c.path_ = path;
     for (const auto& n : f->names()) c.where_.emplace(n, 0);
     c.shards_.push_back(std::move(f).value());
-    return std::move(c);
+    return Result<Checkpoint>(std::move(c));
   }
 
   static bool plain_file_name(const std::string& s) {
@@ -623,7 +623,7 @@ class Checkpoint {
                                               " (duplicate tensor across shards)");
       }
     }
-    return std::move(c);
+    return Result<Checkpoint>(std::move(c));
   }
 
   std::string path_;

@@ -13,6 +13,7 @@
 #include <dsv41/core/status.hpp>
 #include <dsv41/cpu/forward.hpp>
 #include <dsv41/engram/hash.hpp>
+#include <dsv41/engram/token_map.hpp>
 #include <dsv41/io/safetensors.hpp>
 #include <dsv41/model/state.hpp>
 #include <dsv41/model/weights.hpp>
@@ -74,10 +75,26 @@ inline Status compare_shapes(const ModelShape& got, const ModelShape& want) {
   return error(Code::mismatch, "config.json does not match the compiled configuration:\n" + e);
 }
 
+// The Engram token map: engram_token_map.safetensors when present, else built from tokenizer.json
+// (SPEC §4.8) and checked against engram_compressed_vocab_size. Embedding rows past the tokenizer's
+// tokens (which the reference's map has no row for) take the Engram pad token's compressed id.
 inline Result<std::vector<int32_t>> load_token_map(const std::string& dir, const ModelShape& s) {
   const std::string path = dir + "/engram_token_map.safetensors";
-  if (!std::filesystem::exists(path))
-    return error(Code::io_error, path + ": missing (building the Engram token map from tokenizer.json is not supported yet)");
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    const std::string tok_path = dir + "/tokenizer.json";
+    if (!std::filesystem::exists(tok_path, ec))
+      return error(Code::io_error, dir + ": the Engram layers need engram_token_map.safetensors or tokenizer.json, "
+                                         "and neither is there");
+    auto tok = text::Tokenizer::from_json_file(tok_path);
+    if (!tok.ok()) return tok.status();
+    auto tm = engram::build_token_map(*tok, s.vocab_size);
+    if (!tm.ok()) return tm.status();
+    if (Status c = engram::check_compressed_size(*tm, s.engram_compressed_vocab_size, tok_path); !c.ok())
+      return Status(c.code(), c.message() + " (" + dir + " has no engram_token_map.safetensors)");
+    DSV41_TRY(engram::fill_missing(*tm, s.engram_pad_token_id));
+    return std::move(tm->map);
+  }
   auto f = st::File::open(path);
   if (!f.ok()) return f.status();
   const st::TensorView* t = f->find("token_map");
@@ -137,7 +154,7 @@ class Model {
     }
     m->fwd_ = std::make_unique<cpu::Forward>(m->shape_, m->w_, std::move(token_map), std::move(plan));
     if (!report(1.0f, "ready")) return error(Code::cancelled, "load cancelled");
-    return std::move(m);  // explicit: nvcc does not move into Result<T> implicitly
+    return Result<std::unique_ptr<Model>>(std::move(m));  // nvcc does not move into Result<T> implicitly
   }
 
   const ModelShape& shape() const { return shape_; }
