@@ -9,14 +9,25 @@
 #include "commands.hpp"
 
 namespace dsv41::cli {
+#if DSV41_CLI_CUDA
+int golden_on_cuda(const std::string& dir, const std::string& golden_path, const std::string& dump);
+#endif
 namespace {
 
 struct GoldenOpts {
-  std::string dir, golden, dump;
+  std::string dir, golden, dump, device = "cpu";
 };
 
 int run_golden(void* p) {
   const auto& o = *static_cast<GoldenOpts*>(p);
+  if (o.device == "cuda") {
+#if DSV41_CLI_CUDA
+    return golden_on_cuda(o.dir, o.golden.empty() ? o.dir + "/golden.safetensors" : o.golden, o.dump);
+#else
+    fmt::print(stderr, "error: this dsv41 was built without CUDA\n");
+    return 1;
+#endif
+  }
   auto m = Model<>::load(o.dir);
   if (!m.ok()) {
     fmt::print(stderr, "error: {}\n", m.status().to_string());
@@ -49,6 +60,7 @@ Command add_golden(CLI::App& app) {
   sub->add_option("model_dir", o->dir, "model directory holding golden.safetensors")->required();
   sub->add_option("--golden", o->golden, "golden file (default MODEL_DIR/golden.safetensors)");
   sub->add_option("--dump", o->dump, "write every recorded tensor to this safetensors file");
+  sub->add_option("--device", o->device, "cpu (reference) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   return {sub, run_golden, o};
 }
 

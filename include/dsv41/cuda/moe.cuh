@@ -31,6 +31,10 @@ struct MoeWeights {
   const float* bias = nullptr;   // [E]
   WeightRef w1, w3, w2;          // routed experts, FP4, group stride = one expert
   WeightRef s1, s3, s2;          // shared expert, FP8
+  // Image tokens route with bias_vl (SPEC §4.6) when bias_vl, tokens and image_token_id ≥ 0 are given.
+  const float* bias_vl = nullptr;   // [E]
+  const int32_t* tokens = nullptr;  // [T] token ids (device)
+  int image_token_id = -1;
 };
 
 // Views into one caller-owned workspace.
@@ -99,15 +103,32 @@ inline size_t moe_layout(const MoeShape& s, uint8_t* base, MoeWork* w) {
   return off + 256;
 }
 
+// Gate logits, FP32: one warp per (token, expert), FMA over bf16 values (exact products).
+template <int = 0>
+__global__ void gate_simple_kernel(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, int T, int E, int d,
+                                   float* __restrict__ logits) {
+  const int64_t wid = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (wid >= int64_t(T) * E) return;
+  const int t = int(wid / E), e = int(wid % E);
+  float acc = 0.f;
+  for (int i = lane; i < d; i += 32) acc = fmaf(bf2f(x[int64_t(t) * d + i]), bf2f(w[int64_t(e) * d + i]), acc);
+  acc = warp_sum(acc);
+  if (lane == 0) logits[wid] = acc;
+}
+
 __device__ __forceinline__ float softplus_ref(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
 // One warp per token: scores, top-k of score + bias (ties to the lower id), weights; sort keys/values.
 template <int = 0>
-__global__ void route_kernel(const float* __restrict__ logits, const float* __restrict__ bias, int T, int E, int k,
+__global__ void route_kernel(const float* __restrict__ logits, const float* __restrict__ bias_text, int T, int E, int k,
                              bool norm, float scale, int* __restrict__ sel, float* __restrict__ wts,
-                             uint32_t* __restrict__ keys, int* __restrict__ vals) {
+                             uint32_t* __restrict__ keys, int* __restrict__ vals, const float* __restrict__ bias_vl,
+                             const int32_t* __restrict__ tokens, int image_id) {
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
   if (warp >= T) return;
+  const bool image = bias_vl && tokens && image_id >= 0 && tokens[warp] == image_id;
+  const float* bias = image ? bias_vl : bias_text;
   constexpr int MAXE = 32;  // E ≤ 1024
   float s[MAXE], b[MAXE];
   const float* l = logits + int64_t(warp) * E;
@@ -244,7 +265,7 @@ inline MoeWork moe_work(const MoeShape& s, void* workspace) {
 
 inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_t* out, void* workspace,
                   size_t workspace_bytes, cudaStream_t stream) {
-  if (s.T < 0 || s.E <= 0 || s.E > 1024 || s.k <= 0 || s.k > 8 || s.k > s.E || s.d % 128 || s.I % 128)
+  if (s.T < 0 || s.E <= 0 || s.E > 1024 || s.k <= 0 || s.k > 8 || s.k > s.E || s.d % 64 || s.I % 64)
     return bad_arg("moe: bad shape");
   if (s.T == 0) return Status::Ok();
   if (workspace_bytes < moe_workspace_bytes(s)) return bad_arg("moe: workspace too small");
@@ -252,9 +273,14 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
   const int T = s.T, P = s.T * s.k;
   // 1. quantize x, gate logits in FP32, routing.
   DSV41_TRY(act_quant_fp8(x, s.d, T, s.d, w.xc, w.xe, nullptr, stream));
-  DSV41_TRY(gemm_bf16(x, T, W.gate, s.E, s.d, w.logits, nullptr, s.E, w.gemm_ws, w.gemm_ws_bytes, stream));
+  // Gate logits in FP32 on the CUDA cores (exact products, FP32 sums): the BF16 tensor-core GEMM's
+  // truncated accumulation moved logits by up to 3.4e-4 relative, enough to flip near-tied routing.
+  detail::gate_simple_kernel<<<unsigned(ceil_div64(int64_t(T) * s.E * 32, 256)), 256, 0, stream>>>(x, W.gate, T, s.E,
+                                                                                                  s.d, w.logits);
+  DSV41_TRY(launch_status("moe gate"));
   detail::route_kernel<<<ceil_div(T, 4), 128, 0, stream>>>(w.logits, W.bias, T, s.E, s.k, s.norm_topk,
-                                                            s.route_scale, w.sel, w.wts, w.keys, w.vals);
+                                                            s.route_scale, w.sel, w.wts, w.keys, w.vals, W.bias_vl,
+                                                            W.tokens, W.image_token_id);
   DSV41_TRY(launch_status("moe route"));
   // 2. sort assignments by expert (stable), counts and offsets, tiles.
   size_t bytes = w.cub_sort_bytes;
