@@ -1126,28 +1126,10 @@ class CudaModel {
     auto w = bind_weights(*ck, m->shape_);
     if (!w.ok()) return w.status();
     if (!report(0.4f, "engram")) return error(Code::cancelled, "load cancelled");
-    std::vector<int32_t> token_map;
-    engram::HashPlan plan;
-    const ModelShape& s = m->shape_;
-    if (!s.engram_layer_ids.empty()) {
-      auto tm = detail::load_token_map(dir, s);
-      if (!tm.ok()) return tm.status();
-      token_map = std::move(tm).value();
-      engram::HashParams hp;
-      hp.layer_ids.assign(s.engram_layer_ids.begin(), s.engram_layer_ids.end());
-      hp.max_ngram_size = s.engram_max_ngram_size;
-      hp.n_heads = s.engram_n_heads;
-      hp.vocab_start = s.engram_vocab_size;
-      hp.compressed_vocab_size = s.engram_compressed_vocab_size;
-      if (s.engram_pad_token_id < 0 || s.engram_pad_token_id >= int(token_map.size()))
-        return error(Code::format_error, "engram_pad_token_id outside the vocabulary");
-      hp.pad_compressed_id = token_map[size_t(s.engram_pad_token_id)];
-      hp.num_embeddings = s.engram_num_embeddings;
-      auto p = engram::make_plan(hp);
-      if (!p.ok()) return p.status();
-      plan = std::move(p).value();
-      DSV41_TRY(engram::check_token_map(plan, token_map));
-    }
+    auto eg = detail::load_engram(dir, m->shape_);
+    if (!eg.ok()) return eg.status();
+    std::vector<int32_t> token_map = std::move(eg->token_map);
+    engram::HashPlan plan = std::move(eg->plan);
     if (!report(0.5f, "upload")) return error(Code::cancelled, "load cancelled");
     auto f = gpu::Forward::create(m->shape_, *w, std::move(token_map), std::move(plan), stream);
     if (!f.ok()) return f.status();

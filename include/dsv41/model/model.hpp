@@ -104,6 +104,35 @@ inline Result<std::vector<int32_t>> load_token_map(const std::string& dir, const
   return t->to_vector<int32_t>();
 }
 
+// The Engram token map and hash plan of a model directory (empty when the model has no Engram layers).
+struct EngramSetup {
+  std::vector<int32_t> token_map;
+  engram::HashPlan plan;
+};
+
+inline Result<EngramSetup> load_engram(const std::string& dir, const ModelShape& s) {
+  EngramSetup e;
+  if (s.engram_layer_ids.empty()) return e;
+  auto tm = load_token_map(dir, s);
+  if (!tm.ok()) return tm.status();
+  e.token_map = std::move(tm).value();
+  engram::HashParams hp;
+  hp.layer_ids.assign(s.engram_layer_ids.begin(), s.engram_layer_ids.end());
+  hp.max_ngram_size = s.engram_max_ngram_size;
+  hp.n_heads = s.engram_n_heads;
+  hp.vocab_start = s.engram_vocab_size;
+  hp.compressed_vocab_size = s.engram_compressed_vocab_size;
+  if (s.engram_pad_token_id < 0 || s.engram_pad_token_id >= int(e.token_map.size()))
+    return error(Code::format_error, "engram_pad_token_id outside the vocabulary");
+  hp.pad_compressed_id = e.token_map[size_t(s.engram_pad_token_id)];
+  hp.num_embeddings = s.engram_num_embeddings;
+  auto p = engram::make_plan(hp);
+  if (!p.ok()) return p.status();
+  e.plan = std::move(p).value();
+  DSV41_TRY(engram::check_token_map(e.plan, e.token_map));
+  return e;
+}
+
 }  // namespace detail
 
 template <class Config = configs::Dynamic, class Backend = Cpu>
@@ -130,28 +159,10 @@ class Model {
     if (!w.ok()) return w.status();
     m->w_ = std::move(w).value();
     if (!report(0.8f, "engram")) return error(Code::cancelled, "load cancelled");
-    std::vector<int32_t> token_map;
-    engram::HashPlan plan;
-    const ModelShape& s = m->shape_;
-    if (!s.engram_layer_ids.empty()) {
-      auto tm = detail::load_token_map(dir, s);
-      if (!tm.ok()) return tm.status();
-      token_map = std::move(tm).value();
-      engram::HashParams hp;
-      hp.layer_ids.assign(s.engram_layer_ids.begin(), s.engram_layer_ids.end());
-      hp.max_ngram_size = s.engram_max_ngram_size;
-      hp.n_heads = s.engram_n_heads;
-      hp.vocab_start = s.engram_vocab_size;
-      hp.compressed_vocab_size = s.engram_compressed_vocab_size;
-      if (s.engram_pad_token_id < 0 || s.engram_pad_token_id >= int(token_map.size()))
-        return error(Code::format_error, "engram_pad_token_id outside the vocabulary");
-      hp.pad_compressed_id = token_map[size_t(s.engram_pad_token_id)];
-      hp.num_embeddings = s.engram_num_embeddings;
-      auto p = engram::make_plan(hp);
-      if (!p.ok()) return p.status();
-      plan = std::move(p).value();
-      DSV41_TRY(engram::check_token_map(plan, token_map));
-    }
+    auto eg = detail::load_engram(dir, m->shape_);
+    if (!eg.ok()) return eg.status();
+    std::vector<int32_t> token_map = std::move(eg->token_map);
+    engram::HashPlan plan = std::move(eg->plan);
     m->fwd_ = std::make_unique<cpu::Forward>(m->shape_, m->w_, std::move(token_map), std::move(plan));
     if (!report(1.0f, "ready")) return error(Code::cancelled, "load cancelled");
     return Result<std::unique_ptr<Model>>(std::move(m));  // nvcc does not move into Result<T> implicitly
