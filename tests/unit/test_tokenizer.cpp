@@ -135,8 +135,12 @@ std::string patched_json(const std::string& patch_path) {
 
 std::string show(const std::vector<int32_t>& v) {
   std::string s;
-  for (size_t i = 0; i < v.size() && i < 40; ++i) s += (i ? " " : "") + std::to_string(v[i]);
-  return s + (v.size() > 40 ? " ..." : "");
+  for (size_t i = 0; i < v.size() && i < 40; ++i) {
+    if (i) s += ' ';
+    s += std::to_string(v[i]);
+  }
+  if (v.size() > 40) s += " ...";
+  return s;
 }
 
 std::string escaped(const std::string& s) {
