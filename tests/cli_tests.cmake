@@ -32,12 +32,24 @@ dsv41_cli_test(cli_generate_no_tokenizer 1 "no tokenizer" ARGS generate --model 
 dsv41_cli_test(cli_chat_session 0 "dsv41 chat \\(chat mode\\)" INPUT ${CLI_DATA}/chat_input.txt
                ARGS chat --model ${TINY} --tokenizer ${TINY_TOK} --max-tokens 6)
 
-# The OpenAI-compatible server, with the official openai client and curl.
+# The OpenAI-compatible server, with the official openai client and curl: on the bundled model and on
+# the golden fixture (with a 512-token tokenizer made for it).
 find_package(Python3 COMPONENTS Interpreter)
+set(BUNDLED ${PROJECT_SOURCE_DIR}/models/dsv41-tiny-py)
 if(Python3_FOUND)
-  add_test(NAME server_e2e_openai_client_and_curl
+  add_test(NAME server_e2e_openai_client_and_curl_tiny_ced
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_server.py $<TARGET_FILE:dsv41_cli> ${TINY} ${TINY_TOK})
-  set_tests_properties(server_e2e_openai_client_and_curl PROPERTIES TIMEOUT 600)
+  set_tests_properties(server_e2e_openai_client_and_curl_tiny_ced PROPERTIES TIMEOUT 600)
+  if(EXISTS ${BUNDLED}/config.json)
+    add_test(NAME server_e2e_openai_client_and_curl_bundled_model
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_server.py $<TARGET_FILE:dsv41_cli> ${BUNDLED}
+                     ${BUNDLED}/tokenizer.json)
+    set_tests_properties(server_e2e_openai_client_and_curl_bundled_model PROPERTIES TIMEOUT 600)
+    dsv41_cli_test(bundled_model_generate 0 "import os.*prompt tokens, 16 generated"
+                   ARGS generate --model ${BUNDLED} --prompt "import os" --max-tokens 16 --speculative)
+    dsv41_cli_test(bundled_model_chat 0 "dsv41 chat \\(chat mode\\)" INPUT ${CLI_DATA}/chat_input.txt
+                   ARGS chat --model ${BUNDLED} --max-tokens 8)
+  endif()
 endif()
 
 # The bundled model: perplexity equals the PyTorch implementation's (tools/train/perplexity.py: 23.8202).

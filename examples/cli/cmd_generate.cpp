@@ -47,7 +47,7 @@ struct GenerateOpts {
   bool no_bos = false;
 };
 
-bool print_piece(void*, std::string_view piece) {
+bool print_piece(void*, int32_t, std::string_view piece) {
   std::fwrite(piece.data(), 1, piece.size(), stdout);
   std::fflush(stdout);
   return true;

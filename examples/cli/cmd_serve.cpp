@@ -252,8 +252,9 @@ struct Server {
       ctx.emit = [&](const ojson& delta, const ojson& finish) { return write(sse(chunk(delta, finish))); };
       if (!ctx.emit({{"role", "assistant"}, {"content", ""}}, nullptr)) return false;
       o.ctx = &ctx;
-      o.on_text = [](void* c, std::string_view piece) {
+      o.on_text = [](void* c, int32_t, std::string_view piece) {
         auto& x = *static_cast<Ctx*>(c);
+        if (piece.empty()) return true;
         auto [r, t] = x.split.push(piece, false);
         if (!r.empty() && !x.emit({{"reasoning_content", r}}, nullptr)) return false;
         if (!t.empty() && !x.emit({{"content", t}}, nullptr)) return false;
@@ -322,8 +323,9 @@ struct Server {
         decltype(body_of)* body;
       } ctx{&sink, &body_of};
       o.ctx = &ctx;
-      o.on_text = [](void* c, std::string_view piece) {
+      o.on_text = [](void* c, int32_t, std::string_view piece) {
         auto& x = *static_cast<Ctx*>(c);
+        if (piece.empty()) return true;
         const std::string s = sse((*x.body)(std::string(piece), nullptr));
         return x.sink->write(s.data(), s.size());
       };

@@ -22,8 +22,10 @@ struct TextOptions {
   bool speculative = false;            // DSpark drafting, lossless
   int prefill_chunk = 0;
   bool bounded_replay = false;
-  // Each piece of new text as soon as it is final (valid UTF-8); return false to cancel.
-  bool (*on_text)(void* ctx, std::string_view piece) = nullptr;
+  // Called once per generated token with its id and the text that became final with it (valid UTF-8;
+  // empty while bytes are held back for an incomplete character or a possible stop string), and once
+  // more with id −1 for what the end of generation releases. Return false to cancel.
+  bool (*on_text)(void* ctx, int32_t id, std::string_view piece) = nullptr;
   bool (*on_prefill)(void* ctx, int64_t done, int64_t total) = nullptr;
   void* ctx = nullptr;
 };
@@ -129,12 +131,16 @@ class TextModel {
     size_t released = 0;
     bool stopped_by_string = false, cancelled = false;
 
+    int32_t cur = -1;  // the token being handled, reported with the text it releases
+
     bool push(int32_t id) {
-      if (id == self->eos_id()) return true;  // generation ends on it; not part of the text
+      cur = id;
+      if (id == self->eos_id()) return !opts->on_text || opts->on_text(opts->ctx, id, {});  // not part of the text
       text += dec.push(id);
       return scan(false);
     }
     void finish_text() {
+      cur = -1;
       text += dec.flush();
       scan(true);
     }
@@ -159,10 +165,9 @@ class TextModel {
       return true;
     }
     bool release(size_t upto) {
-      if (upto <= released) return true;
-      const std::string_view piece(text.data() + released, upto - released);
-      released = upto;
-      return !opts->on_text || opts->on_text(opts->ctx, piece);
+      const std::string_view piece(text.data() + released, upto > released ? upto - released : 0);
+      released = std::max(released, upto);
+      return !opts->on_text || opts->on_text(opts->ctx, cur, piece);
     }
   };
 
