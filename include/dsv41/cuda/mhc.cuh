@@ -133,6 +133,49 @@ __global__ void __launch_bounds__(128) mhc_stream_kernel(const MhcParams p) {
 
 __device__ __forceinline__ float sigmoid_ref(float x) { return __fdiv_rn(1.f, __fadd_rn(1.f, expf(-x))); }
 
+// SPEC §4.1 mixes from the reduced sums q[0..NM) (projections) and q[NM] (sum of squares of the streams):
+// pre, post and the Sinkhorn-normalized comb, in the reference's operation order. One thread.
+template <int HC>
+__device__ inline void mhc_coefficients(const float* q, int d, float norm_eps, const float* scale, const float* base,
+                                        float hc_eps, int iters, float* out) {
+  constexpr int NM = (2 + HC) * HC;
+  const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(q[NM], float(HC * d)), norm_eps)));
+  float m[NM];
+  for (int o = 0; o < NM; ++o) m[o] = __fmul_rn(q[o], rs);
+  for (int j = 0; j < HC; ++j) {
+    out[j] = __fadd_rn(sigmoid_ref(__fadd_rn(__fmul_rn(m[j], scale[0]), base[j])), hc_eps);
+    out[HC + j] = __fmul_rn(2.f, sigmoid_ref(__fadd_rn(__fmul_rn(m[HC + j], scale[1]), base[HC + j])));
+  }
+  float C[HC * HC];
+  for (int j = 0; j < HC; ++j) {
+    float mx = -INFINITY;
+    for (int k = 0; k < HC; ++k) {
+      C[j * HC + k] = __fadd_rn(__fmul_rn(m[2 * HC + j * HC + k], scale[2]), base[2 * HC + j * HC + k]);
+      mx = fmaxf(mx, C[j * HC + k]);
+    }
+    float sum = 0.f;
+    for (int k = 0; k < HC; ++k) sum = __fadd_rn(sum, (C[j * HC + k] = expf(__fsub_rn(C[j * HC + k], mx))));
+    for (int k = 0; k < HC; ++k) C[j * HC + k] = __fadd_rn(__fdiv_rn(C[j * HC + k], sum), hc_eps);
+  }
+  auto norm_cols = [&] {
+    for (int k = 0; k < HC; ++k) {
+      float sum = 0.f;
+      for (int j = 0; j < HC; ++j) sum = __fadd_rn(sum, C[j * HC + k]);
+      for (int j = 0; j < HC; ++j) C[j * HC + k] = __fdiv_rn(C[j * HC + k], __fadd_rn(sum, hc_eps));
+    }
+  };
+  auto norm_rows = [&] {
+    for (int j = 0; j < HC; ++j) {
+      float sum = 0.f;
+      for (int k = 0; k < HC; ++k) sum = __fadd_rn(sum, C[j * HC + k]);
+      for (int k = 0; k < HC; ++k) C[j * HC + k] = __fdiv_rn(C[j * HC + k], __fadd_rn(sum, hc_eps));
+    }
+  };
+  norm_cols();
+  for (int it = 0; it < iters - 1; ++it) { norm_rows(); norm_cols(); }
+  for (int i = 0; i < HC * HC; ++i) out[2 * HC + i] = C[i];
+}
+
 template <int HC>
 __global__ void __launch_bounds__(256) mhc_finish_kernel(const MhcParams p) {
   constexpr int NM = (2 + HC) * HC, NQ = NM + 2;
@@ -145,42 +188,7 @@ __global__ void __launch_bounds__(256) mhc_finish_kernel(const MhcParams p) {
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(q[NM], float(HC * d)), p.norm_eps)));
-    float m[NM];
-    for (int o = 0; o < NM; ++o) m[o] = __fmul_rn(q[o], rs);
-    float* out = p.mix_out + int64_t(t) * NM;
-    for (int j = 0; j < HC; ++j) {
-      out[j] = __fadd_rn(sigmoid_ref(__fadd_rn(__fmul_rn(m[j], p.scale[0]), p.base[j])), p.hc_eps);
-      out[HC + j] = __fmul_rn(2.f, sigmoid_ref(__fadd_rn(__fmul_rn(m[HC + j], p.scale[1]), p.base[HC + j])));
-    }
-    float C[HC * HC];
-    for (int j = 0; j < HC; ++j) {
-      float mx = -INFINITY;
-      for (int k = 0; k < HC; ++k) {
-        C[j * HC + k] = __fadd_rn(__fmul_rn(m[2 * HC + j * HC + k], p.scale[2]), p.base[2 * HC + j * HC + k]);
-        mx = fmaxf(mx, C[j * HC + k]);
-      }
-      float sum = 0.f;
-      for (int k = 0; k < HC; ++k) sum = __fadd_rn(sum, (C[j * HC + k] = expf(__fsub_rn(C[j * HC + k], mx))));
-      for (int k = 0; k < HC; ++k) C[j * HC + k] = __fadd_rn(__fdiv_rn(C[j * HC + k], sum), p.hc_eps);
-    }
-    auto norm_cols = [&] {
-      for (int k = 0; k < HC; ++k) {
-        float sum = 0.f;
-        for (int j = 0; j < HC; ++j) sum = __fadd_rn(sum, C[j * HC + k]);
-        for (int j = 0; j < HC; ++j) C[j * HC + k] = __fdiv_rn(C[j * HC + k], __fadd_rn(sum, p.hc_eps));
-      }
-    };
-    auto norm_rows = [&] {
-      for (int j = 0; j < HC; ++j) {
-        float sum = 0.f;
-        for (int k = 0; k < HC; ++k) sum = __fadd_rn(sum, C[j * HC + k]);
-        for (int k = 0; k < HC; ++k) C[j * HC + k] = __fdiv_rn(C[j * HC + k], __fadd_rn(sum, p.hc_eps));
-      }
-    };
-    norm_cols();
-    for (int it = 0; it < p.iters - 1; ++it) { norm_rows(); norm_cols(); }
-    for (int i = 0; i < HC * HC; ++i) out[2 * HC + i] = C[i];
+    mhc_coefficients<HC>(q, d, p.norm_eps, p.scale, p.base, p.hc_eps, p.iters, p.mix_out + int64_t(t) * ((2 + HC) * HC));
   }
   // y = rmsnorm(v)
   const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(q[NM + 1], float(d)), p.norm_eps)));

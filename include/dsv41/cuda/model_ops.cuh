@@ -36,7 +36,6 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
   return s;
 }
 
-__device__ __forceinline__ float sigmoid_f(float x) { return __fdiv_rn(1.f, __fadd_rn(1.f, expf(-x))); }
 
 // ---- small host inputs as kernel parameters (no host→device copy, so no staging and no stream sync) ----
 struct SmallInputs {
@@ -187,42 +186,8 @@ __global__ void __launch_bounds__(256) mhc_generic_kernel(const MhcParams p) {
   }
   __syncthreads();
   if (threadIdx.x == 0) {  // the coefficients, as mhc_finish_kernel (the reference's operation order)
-    const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(q[NM], float(HC * d)), p.norm_eps)));
-    float m[NM];
-    for (int o = 0; o < NM; ++o) m[o] = __fmul_rn(q[o], rs);
-    float* out = p.mix_out + int64_t(t) * NM;
-    for (int j = 0; j < HC; ++j) {
-      out[j] = __fadd_rn(sigmoid_f(__fadd_rn(__fmul_rn(m[j], p.scale[0]), p.base[j])), p.hc_eps);
-      out[HC + j] = __fmul_rn(2.f, sigmoid_f(__fadd_rn(__fmul_rn(m[HC + j], p.scale[1]), p.base[HC + j])));
-    }
-    float C[HC * HC];
-    for (int j = 0; j < HC; ++j) {
-      float mx = -INFINITY;
-      for (int k = 0; k < HC; ++k) {
-        C[j * HC + k] = __fadd_rn(__fmul_rn(m[2 * HC + j * HC + k], p.scale[2]), p.base[2 * HC + j * HC + k]);
-        mx = fmaxf(mx, C[j * HC + k]);
-      }
-      float sum = 0.f;
-      for (int k = 0; k < HC; ++k) sum = __fadd_rn(sum, (C[j * HC + k] = expf(__fsub_rn(C[j * HC + k], mx))));
-      for (int k = 0; k < HC; ++k) C[j * HC + k] = __fadd_rn(__fdiv_rn(C[j * HC + k], sum), p.hc_eps);
-    }
-    auto norm_cols = [&] {
-      for (int k = 0; k < HC; ++k) {
-        float sum = 0.f;
-        for (int j = 0; j < HC; ++j) sum = __fadd_rn(sum, C[j * HC + k]);
-        for (int j = 0; j < HC; ++j) C[j * HC + k] = __fdiv_rn(C[j * HC + k], __fadd_rn(sum, p.hc_eps));
-      }
-    };
-    auto norm_rows = [&] {
-      for (int j = 0; j < HC; ++j) {
-        float sum = 0.f;
-        for (int k = 0; k < HC; ++k) sum = __fadd_rn(sum, C[j * HC + k]);
-        for (int k = 0; k < HC; ++k) C[j * HC + k] = __fdiv_rn(C[j * HC + k], __fadd_rn(sum, p.hc_eps));
-      }
-    };
-    norm_cols();
-    for (int it = 0; it < p.iters - 1; ++it) { norm_rows(); norm_cols(); }
-    for (int i = 0; i < HC * HC; ++i) out[2 * HC + i] = C[i];
+    detail::mhc_coefficients<HC>(q, d, p.norm_eps, p.scale, p.base, p.hc_eps, p.iters,
+                                 p.mix_out + int64_t(t) * ((2 + HC) * HC));
   }
   const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(q[NM + 1], float(d)), p.norm_eps)));
   for (int i = threadIdx.x; i < d; i += blockDim.x)
