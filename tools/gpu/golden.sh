@@ -29,4 +29,5 @@ else
   echo "$STAMP" > $B/golden_cuda.stamp
   echo "golden_cuda: built in $(( $(date +%s) - t0 )) s"
 fi
+[[ -n "${BUILD_ONLY:-}" ]] && exit 0
 exec $B/golden_cuda "$@"

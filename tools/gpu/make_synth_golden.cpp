@@ -25,7 +25,12 @@
 #include <dsv41/io/safetensors.hpp>
 #include <dsv41/model/model.hpp>
 
+#include "cpu_golden.hpp"
+
 using namespace dsv41;
+using golden_tools::bf16_bytes;
+using golden_tools::bytes_of;
+using golden_tools::tensor;
 
 namespace {
 
@@ -34,27 +39,6 @@ struct Gen {
   std::normal_distribution<float> nd{0.f, 1.f};
   float n() { return nd(rng); }
 };
-
-std::vector<std::byte> bytes_of(const void* p, size_t n) {
-  std::vector<std::byte> b(n);
-  std::memcpy(b.data(), p, n);
-  return b;
-}
-
-st::TensorToWrite tensor(const std::string& name, st::DType dt, std::vector<int64_t> shape, std::vector<std::byte> b) {
-  st::TensorToWrite t;
-  t.name = name;
-  t.dtype = dt;
-  t.shape = std::move(shape);
-  t.bytes = std::move(b);
-  return t;
-}
-
-std::vector<std::byte> bf16_bytes(const std::vector<float>& v) {
-  std::vector<uint16_t> h(v.size());
-  for (size_t i = 0; i < v.size(); ++i) h[i] = num::bf16_bits(v[i]);
-  return bytes_of(h.data(), h.size() * 2);
-}
 
 // Values of one tensor by its name (tiny-ced's statistics).
 std::vector<float> values(const std::string& name, int64_t n, int64_t in, int64_t hcd, Gen& g) {
@@ -188,149 +172,11 @@ int main(int argc, char** argv) {
   }
   ts.clear();
 
-  // golden: the CPU reference's own run
-  auto m = Model<>::load(dir);
-  if (!m.ok()) {
-    std::fprintf(stderr, "%s\n", m.status().to_string().c_str());
-    return 1;
-  }
-  const int B = 2, T = 96, P = 80, L = s.num_hidden_layers, hc = s.hc_mult, d = s.hidden_size, V = s.vocab_size;
-  const int K = s.index_topk, blk = s.dspark_block_size, nt = int(s.dspark_target_layer_ids.size());
-  std::vector<int32_t> ids(size_t(B) * T);
-  for (auto& x : ids) x = 3 + int32_t(g.rng() % 497);
-  struct Rec {
-    int B, T, P, b = 0, K, hc, d;
-    std::map<std::string, std::vector<float>> f;        // h.l, pre.l, taps, scores
-    std::map<std::string, std::vector<int32_t>> lists;
-    std::map<std::string, std::vector<std::vector<float>>> scores;  // per (phase, l): rows of varying n
-    std::vector<int64_t> engram;
-    int engram_n = 0;
-    int L;
-  } rec{B, T, P, 0, K, hc, d, {}, {}, {}, {}, 0, L};
-  ForwardHooks hooks;
-  hooks.ctx = &rec;
-  hooks.unit_input = [](void* c, int l, int64_t start, int rows, float* H, float* pre) {
-    auto& r = *static_cast<Rec*>(c);
-    auto& h = r.f["h." + std::to_string(l)];
-    auto& p = r.f["pre." + std::to_string(l)];
-    h.resize(size_t(r.B) * r.T * r.hc * r.d);
-    p.resize(size_t(r.B) * r.T * r.hc);
-    std::copy_n(H, size_t(rows) * r.hc * r.d, h.begin() + (size_t(r.b) * r.T + size_t(start)) * r.hc * r.d);
-    std::copy_n(pre, size_t(rows) * r.hc, p.begin() + (size_t(r.b) * r.T + size_t(start)) * r.hc);
-  };
-  hooks.unit_output = [](void* c, int l, int64_t start, int rows, const float* H, const float* pre) {
-    auto& r = *static_cast<Rec*>(c);
-    if (l != r.L - 1) return;
-    auto& h = r.f["h." + std::to_string(r.L)];
-    auto& p = r.f["pre." + std::to_string(r.L)];
-    h.resize(size_t(r.B) * r.T * r.hc * r.d);
-    p.resize(size_t(r.B) * r.T * r.hc);
-    std::copy_n(H, size_t(rows) * r.hc * r.d, h.begin() + (size_t(r.b) * r.T + size_t(start)) * r.hc * r.d);
-    std::copy_n(pre, size_t(rows) * r.hc, p.begin() + (size_t(r.b) * r.T + size_t(start)) * r.hc);
-  };
-  hooks.topk = [](void* c, int l, int64_t start, int rows, int k, int32_t* lists) {
-    auto& r = *static_cast<Rec*>(c);
-    for (int t = 0; t < rows; ++t) {
-      const int64_t pos = start + t;
-      const bool pre = pos < r.P;
-      const int per_b = pre ? r.P : r.T - r.P;
-      auto& v = r.lists[(pre ? "prefill_topk." : "decode_topk.") + std::to_string(l)];
-      v.resize(size_t(r.B) * per_b * k, -1);
-      std::copy_n(lists + size_t(t) * k, k, v.begin() + (size_t(r.b) * per_b + size_t(pre ? pos : pos - r.P)) * k);
-    }
-  };
-  hooks.index_scores = [](void* c, int l, int64_t start, int rows, int n, const float* sc) {
-    auto& r = *static_cast<Rec*>(c);
-    for (int t = 0; t < rows; ++t) {
-      const int64_t pos = start + t;
-      const bool pre = pos < r.P;
-      auto& v = r.scores[(pre ? "prefill_scores." : "decode_scores.") + std::to_string(l)];
-      const int per_b = pre ? r.P : r.T - r.P;
-      v.resize(size_t(r.B) * per_b);
-      v[size_t(r.b) * per_b + size_t(pre ? pos : pos - r.P)].assign(sc + size_t(t) * n, sc + size_t(t + 1) * n);
-    }
-  };
-  hooks.engram_ids = [](void* c, int64_t start, int rows, int n, const int64_t* e) {
-    auto& r = *static_cast<Rec*>(c);
-    r.engram_n = n;
-    r.engram.resize(size_t(r.B) * r.T * n);
-    std::copy_n(e, size_t(rows) * n, r.engram.begin() + (size_t(r.b) * r.T + size_t(start)) * n);
-  };
-  hooks.taps = [](void* c, int64_t start, int rows, int width, float* taps) {
-    auto& r = *static_cast<Rec*>(c);
-    auto& v = r.f["taps"];
-    v.resize(size_t(r.B) * r.T * width);
-    std::copy_n(taps, size_t(rows) * width, v.begin() + (size_t(r.b) * r.T + size_t(start)) * width);
-  };
-  std::vector<float> logits(size_t(B) * T * V), dl(size_t(B) * (T - P) * blk * V), dc(size_t(B) * (T - P) * blk);
-  std::vector<int32_t> dids(size_t(B) * (T - P) * (blk + 1));
-  for (int b = 0; b < B; ++b) {
-    rec.b = b;
-    const int32_t* seq = ids.data() + size_t(b) * T;
-    SequenceState st = (*m)->new_sequence(T);
-    cpu::ForwardResult fr;
-    if (Status e = (*m)->forward(st, std::span<const int32_t>(seq, P), fr, true, &hooks); !e.ok()) {
-      std::fprintf(stderr, "%s\n", e.to_string().c_str());
-      return 1;
-    }
-    std::copy(fr.logits.begin(), fr.logits.end(), logits.begin() + size_t(b) * T * V);
-    for (int t = P; t < T; ++t) {
-      if (Status e = (*m)->forward(st, std::span<const int32_t>(seq + t, 1), fr, false, &hooks); !e.ok()) {
-        std::fprintf(stderr, "%s\n", e.to_string().c_str());
-        return 1;
-      }
-      std::copy(fr.logits.begin(), fr.logits.end(), logits.begin() + (size_t(b) * T + t) * V);
-      const int32_t y = int32_t(std::max_element(fr.logits.begin(), fr.logits.end()) - fr.logits.begin());
-      cpu::DraftResult dr;
-      if (Status e = (*m)->draft(st, y, dr); !e.ok()) {
-        std::fprintf(stderr, "%s\n", e.to_string().c_str());
-        return 1;
-      }
-      const size_t i = size_t(b) * (T - P) + size_t(t - P);
-      std::copy(dr.ids.begin(), dr.ids.end(), dids.begin() + i * (blk + 1));
-      std::copy(dr.logits.begin(), dr.logits.end(), dl.begin() + i * blk * V);
-      std::copy(dr.confidence.begin(), dr.confidence.end(), dc.begin() + i * blk);
-    }
-  }
-  auto f32t = [&](const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
-    ts.push_back(tensor(name, st::DType::F32, std::move(shape), bytes_of(v.data(), v.size() * 4)));
-  };
-  auto i32t = [&](const std::string& name, std::vector<int64_t> shape, const std::vector<int32_t>& v) {
-    ts.push_back(tensor(name, st::DType::I32, std::move(shape), bytes_of(v.data(), v.size() * 4)));
-  };
-  i32t("input_ids", {B, T}, ids);
-  i32t("prefill_length", {1}, std::vector<int32_t>{P});
-  for (int l = 0; l <= L; ++l) {
-    ts.push_back(tensor("h." + std::to_string(l), st::DType::BF16, {B, T, hc, d}, bf16_bytes(rec.f["h." + std::to_string(l)])));
-    f32t("pre." + std::to_string(l), {B, T, hc}, rec.f["pre." + std::to_string(l)]);
-  }
-  f32t("logits", {B, T, V}, logits);
-  for (auto& [name, v] : rec.lists) {
-    const int64_t rows = name[0] == 'p' ? P : T - P;
-    i32t(name, {B, rows, K}, v);
-  }
-  for (auto& [name, rows] : rec.scores) {
-    size_t N = 0;
-    for (auto& r : rows) N = std::max(N, r.size());
-    N = std::max<size_t>(N, 1);
-    std::vector<float> v(rows.size() * N, -INFINITY);
-    for (size_t r = 0; r < rows.size(); ++r) std::copy(rows[r].begin(), rows[r].end(), v.begin() + r * N);
-    f32t(name, {B, int64_t(rows.size() / B), int64_t(N)}, v);
-  }
-  {
-    const int64_t nl = int64_t(s.engram_layer_ids.size());
-    ts.push_back(tensor("engram_hash_ids", st::DType::I64, {B, T, nl, rec.engram_n / nl},
-                        bytes_of(rec.engram.data(), rec.engram.size() * 8)));
-  }
-  ts.push_back(tensor("taps", st::DType::BF16, {B, T, int64_t(nt) * d}, bf16_bytes(rec.f["taps"])));
-  i32t("dspark_draft_ids", {B, T - P, blk + 1}, dids);
-  f32t("dspark_logits", {B, T - P, blk, V}, dl);
-  f32t("dspark_confidence", {B, T - P, blk}, dc);
-  if (Status w = st::write(dir + "/golden.safetensors", ts); !w.ok()) {
+  if (Status w = golden_tools::write_cpu_golden(dir, dir + "/golden.safetensors", 2, 96, 80, 20261130); !w.ok()) {
     std::fprintf(stderr, "%s\n", w.to_string().c_str());
     return 1;
   }
-  std::printf("wrote %s: d=%d H=%d D=%d nI=%d dI=%d E=%d, B=%d T=%d P=%d\n", dir.c_str(), d, s.num_attention_heads,
-              s.head_dim, s.index_n_heads, s.index_head_dim, s.n_routed_experts, B, T, P);
+  std::printf("wrote %s: d=%d H=%d D=%d nI=%d dI=%d E=%d, B=2 T=96 P=80\n", dir.c_str(), s.hidden_size,
+              s.num_attention_heads, s.head_dim, s.index_n_heads, s.index_head_dim, s.n_routed_experts);
   return 0;
 }

@@ -37,17 +37,15 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 }
 
 
-// ---- small host inputs as kernel parameters (no host→device copy, so no staging and no stream sync) ----
-struct SmallInputs {
-  static constexpr int kIds = 32, kHash = 256;
-  int32_t ids[kIds];
-  int64_t hash[kHash];
-  int n_ids = 0, n_hash = 0;
+// ---- small host inputs as kernel parameters (no host→device copy: no staging, no stream wait, capturable) ----
+struct ParamBytes {
+  static constexpr int kBytes = 3072;
+  uint8_t b[kBytes];
+  int n = 0;
 };
 template <int = 0>
-__global__ void small_inputs_kernel(const SmallInputs v, int32_t* __restrict__ ids, int64_t* __restrict__ hash) {
-  for (int i = threadIdx.x; i < v.n_ids; i += blockDim.x) ids[i] = v.ids[i];
-  for (int i = threadIdx.x; i < v.n_hash; i += blockDim.x) hash[i] = v.hash[i];
+__global__ void param_bytes_kernel(const ParamBytes v, uint8_t* __restrict__ dst) {
+  for (int i = threadIdx.x; i < v.n; i += blockDim.x) dst[i] = v.b[i];
 }
 
 // ---- embedding, Engram, taps ----

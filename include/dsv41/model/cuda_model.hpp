@@ -1,1120 +1,39 @@
-// The forward pass on the GPU (SPEC §4), assembled from the kernels of include/dsv41/cuda/: CudaModel<Config>
-// loads a model directory, uploads every weight once (FP8/FP4 bytes and their scales as stored, BF16 as
-// bf16, FP32 vectors), and runs forward / draft / head with the same semantics and rounding points as
-// cpu::Forward. Per-sequence state lives on the device (gpu::DeviceSequence): window rings, compressed
-// main KV, index keys (packed, SPEC §6 byte sizes) and the compressor's pending rows.
+// Model<Config, Cuda>: the model on one GPU. Same operations as the CPU model (model.hpp) on device
+// sequences (gpu::DeviceSequence): load, prefill (chunked), forward, batched decode, DSpark draft, bounded
+// replay (SPEC §5), plus device-output overloads that never synchronize. Work runs on the stream given at
+// load; the host-output overloads synchronize once, for their final copy.
 //
-// Work runs on the stream given at load. Scratch memory comes from the model's own stream-ordered pool, so
-// a decode step makes no device synchronization except the final copy of logits (or draft lists) the
-// caller asks for; the device-pointer overloads make none. Hooks (the golden check) copy rows to the host
-// and back: a debug path that synchronizes.
-//
-// Not yet on the GPU: SPEC §5 bounded replay and replay_window (CPU only), batching several sequences
-// per step, CUDA graph capture of decode. Vision tokens route with bias_vl and get Engram gate 0, as the
-// CPU does, but the vision tower itself is not part of either backend.
+// Not on the GPU: the vision tower (neither backend has it; image tokens route with bias_vl as on the CPU).
 #pragma once
 #include <cuda_runtime.h>
 
-#include <cmath>
-#include <cstring>
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
-#include <dsv41/cuda/common.cuh>
-#include <dsv41/cuda/gemm.cuh>
-#include <dsv41/cuda/model_ops.cuh>
-#include <dsv41/cuda/moe.cuh>
-#include <dsv41/cuda/quant.cuh>
-#include <dsv41/cuda/rmsnorm.cuh>
-#include <dsv41/cuda/rope.cuh>
+#include <dsv41/model/gpu/forward.hpp>
+#include <dsv41/model/gpu/host_bridge.hpp>
+#include <dsv41/model/gpu/sequence.hpp>
+#include <dsv41/model/gpu/snapshot.hpp>
 #include <dsv41/model/model.hpp>
 
 namespace dsv41 {
 
-struct Cuda {};  // backend tag: the GPU forward of this file (Model<Config, Cuda> is to alias CudaModel<Config>)
-
-namespace gpu {
-
-template <class>
-class ForwardT;
-
-// cudaMalloc'd blocks owned together (weights, a sequence's caches), freed on destruction.
-class DeviceArena {
+template <class Config>
+class Model<Config, Cuda> {
  public:
-  DeviceArena() = default;
-  DeviceArena(const DeviceArena&) = delete;
-  DeviceArena& operator=(const DeviceArena&) = delete;
-  DeviceArena(DeviceArena&& o) noexcept : ptrs_(std::move(o.ptrs_)), bytes_(o.bytes_) { o.ptrs_.clear(); o.bytes_ = 0; }
-  DeviceArena& operator=(DeviceArena&& o) noexcept {
-    std::swap(ptrs_, o.ptrs_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  ~DeviceArena() {
-    for (void* p : ptrs_) cudaFree(p);
-  }
-  template <class T>
-  Status alloc(T*& p, size_t count) {
-    void* v = nullptr;
-    const size_t b = std::max<size_t>(count * sizeof(T), 1);
-    DSV41_CUDA_TRY(cudaMalloc(&v, b), "device allocation");
-    ptrs_.push_back(v);
-    bytes_ += b;
-    p = static_cast<T*>(v);
-    return Status::Ok();
-  }
-  template <class T>
-  Status upload(const T*& p, const void* src, size_t count) {
-    T* d = nullptr;
-    DSV41_TRY(alloc(d, count));
-    if (count) DSV41_CUDA_TRY(cudaMemcpy(d, src, count * sizeof(T), cudaMemcpyHostToDevice), "weight upload");
-    p = d;
-    return Status::Ok();
-  }
-  size_t bytes() const { return bytes_; }
+  using State = gpu::DeviceSequence;
+  using Snapshot = gpu::DeviceSnapshot;
 
- private:
-  std::vector<void*> ptrs_;
-  size_t bytes_ = 0;
-};
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
 
-// Stream-ordered scratch from a memory pool: every block is released (cudaFreeAsync, no synchronization)
-// when the Scratch goes out of scope; later work on the stream reuses it.
-class Scratch {
- public:
-  Scratch(cudaMemPool_t pool, cudaStream_t s) : pool_(pool), s_(s) {}
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() {
-    for (void* p : ptrs_) cudaFreeAsync(p, s_);
-  }
-  template <class T>
-  Status get(T*& p, size_t count) {
-    void* v = nullptr;
-    DSV41_CUDA_TRY(cudaMallocFromPoolAsync(&v, std::max<size_t>(count * sizeof(T), 16), pool_, s_), "scratch allocation");
-    ptrs_.push_back(v);
-    p = static_cast<T*>(v);
-    return Status::Ok();
-  }
-
- private:
-  cudaMemPool_t pool_;
-  cudaStream_t s_;
-  std::vector<void*> ptrs_;
-};
-
-// A weight matrix on the device, in its storage format (see Linear in model/weights.hpp).
-struct DLinear {
-  WKind kind = WKind::None;
-  int out = 0, in = 0;
-  const uint8_t* w = nullptr;
-  const uint8_t* s = nullptr;
-  const bf16_t* bf16() const { return reinterpret_cast<const bf16_t*>(w); }
-};
-
-struct DLayer {
-  DLinear wq_a, wq_b, wkv, wo_a, wo_b, c_wkv, c_wgate, i_wk, i_wq_b, i_wproj, gate, engram_wkv, main_proj;
-  DLinear markov_embed, markov_head, conf_proj;
-  DLinear sh1, sh2, sh3;  // shared expert w1, w2, w3 (FP8)
-  const float *q_norm = nullptr, *kv_norm = nullptr, *attn_sink = nullptr, *attn_norm = nullptr, *ffn_norm = nullptr;
-  const float *c_norm = nullptr, *i_knorm = nullptr, *gate_bias = nullptr, *gate_bias_vl = nullptr;
-  const float *engram_qk = nullptr, *main_norm = nullptr, *norm = nullptr;
-  const float *hca_fn = nullptr, *hca_base = nullptr, *hca_scale = nullptr;
-  const float *hcf_fn = nullptr, *hcf_base = nullptr, *hcf_scale = nullptr;
-  // routed experts, each matrix kind packed over experts at fixed strides (bytes)
-  const uint8_t *ew1 = nullptr, *es1 = nullptr, *ew3 = nullptr, *es3 = nullptr, *ew2 = nullptr, *es2 = nullptr;
-  int64_t gw13 = 0, gs13 = 0, gw2 = 0, gs2 = 0;
-  const uint8_t *engram_table = nullptr, *engram_scale = nullptr;
-  int64_t engram_rows = 0;
-  const float* rope_freqs = nullptr;  // [qk_rope_head_dim / 2]
-};
-
-// One layer's device state (SPEC §6): W window entries; KV sources also their compressed entries, index
-// keys and (ratio > 1) the pending rows of the unfinished group. Counters are host-side: they follow
-// from the positions alone, so no device value is ever read back.
-struct DeviceLayerState {
-  uint8_t* ring = nullptr;     // [W, D + D/32]
-  uint8_t* comp = nullptr;     // [cap, D/2 + D/16]
-  uint8_t* ikeys = nullptr;    // [cap, dI/2 + dI/32]
-  float* pend_kv = nullptr;    // [ratio, D] FP32
-  float* pend_z = nullptr;     // [ratio, D] FP32
-  int64_t n_entries = 0, cap = 0;
-  int n_pend = 0;
-};
-
-// A sequence on the device. Move-only; frees its memory on destruction (which synchronizes).
-class DeviceSequence {
- public:
-  DeviceSequence() = default;
-  DeviceSequence(DeviceSequence&&) noexcept = default;
-  DeviceSequence& operator=(DeviceSequence&&) noexcept = default;
-
-  int64_t pos = 0;                  // positions already processed
-  int64_t max_positions = 0;
-  std::vector<int32_t> history;     // last N−1 token ids (Engram), host-side
-  std::vector<DeviceLayerState> layers;  // backbone layers then DSpark stages
-
-  size_t global_cache_bytes() const { return global_bytes_; }  // compressed KV + index keys, at capacity
-  size_t window_bytes() const { return window_bytes_; }
-  const void* owner() const { return owner_; }
-
- private:
-  template <class>
-  friend class ForwardT;
-  DeviceArena mem_;
-  size_t global_bytes_ = 0, window_bytes_ = 0;
-  const void* owner_ = nullptr;
-};
-
-// Device outputs of draft(), caller-owned.
-struct DraftBuffers {
-  int32_t* ids = nullptr;       // [block + 1]
-  float* logits = nullptr;      // [block, V]
-  float* confidence = nullptr;  // [block]
-};
-
-template <class = void>
-class ForwardT {
- public:
-  ForwardT(const ForwardT&) = delete;
-  ForwardT& operator=(const ForwardT&) = delete;
-  ~ForwardT() {
-    if (pool_) cudaMemPoolDestroy(pool_);
-  }
-
-  // Uploads the bound weights (host views of a checkpoint) once; host memory is not needed afterwards.
-  static Result<std::unique_ptr<ForwardT>> create(const ModelShape& s, const Weights& hw, std::vector<int32_t> token_map,
-                                                  engram::HashPlan plan, cudaStream_t stream) {
-    std::unique_ptr<ForwardT> f(new ForwardT(s, std::move(token_map), std::move(plan), stream));
-    DSV41_TRY(f->check_shape());
-    int dev = 0;
-    DSV41_CUDA_TRY(cudaGetDevice(&dev), "cudaGetDevice");
-    cudaMemPoolProps props{};
-    props.allocType = cudaMemAllocationTypePinned;
-    props.location.type = cudaMemLocationTypeDevice;
-    props.location.id = dev;
-    DSV41_CUDA_TRY(cudaMemPoolCreate(&f->pool_, &props), "cudaMemPoolCreate");
-    uint64_t keep = ~uint64_t(0);  // keep freed blocks in the pool (no return to the driver between steps)
-    DSV41_CUDA_TRY(cudaMemPoolSetAttribute(f->pool_, cudaMemPoolAttrReleaseThreshold, &keep), "pool attribute");
-    DSV41_TRY(f->upload(hw));
-    return Result<std::unique_ptr<ForwardT>>(std::move(f));
-  }
-
-  const ModelShape& shape() const { return s_; }
-  const std::vector<LayerRole>& schedule() const { return sched_; }
-  cudaStream_t stream() const { return stream_; }
-  size_t weight_bytes() const { return wmem_.bytes(); }
-
-  // A fresh sequence able to hold max_positions tokens (allocates; synchronizes once).
-  Result<DeviceSequence> new_sequence(int64_t max_positions) const {
-    if (max_positions < 1) return error(Code::invalid_argument, "new_sequence: max_positions < 1");
-    DeviceSequence q;
-    q.max_positions = max_positions;
-    q.owner_ = this;
-    q.layers.resize(sched_.size());
-    const int W = s_.sliding_window, D = s_.head_dim, dI = s_.index_head_dim;
-    const int we = num::window_entry_size(D), me = num::main_entry_size(D), ie = num::index_entry_size(dI);
-    for (const auto& r : sched_) {
-      DeviceLayerState& ls = q.layers[r.id];
-      DSV41_TRY(q.mem_.alloc(ls.ring, size_t(W) * we));
-      DSV41_CUDA_TRY(cudaMemset(ls.ring, 0, size_t(W) * we), "ring init");
-      q.window_bytes_ += size_t(W) * we;
-      if (r.mode == AttnMode::Full) {
-        ls.cap = max_positions / r.ratio;
-        DSV41_TRY(q.mem_.alloc(ls.comp, size_t(ls.cap) * me));
-        DSV41_TRY(q.mem_.alloc(ls.ikeys, size_t(ls.cap) * ie));
-        q.global_bytes_ += size_t(ls.cap) * (me + ie);
-        if (r.ratio > 1) {
-          DSV41_TRY(q.mem_.alloc(ls.pend_kv, size_t(r.ratio) * D));
-          DSV41_TRY(q.mem_.alloc(ls.pend_z, size_t(r.ratio) * D));
-        }
-      }
-    }
-    return Result<DeviceSequence>(std::move(q));
-  }
-
-  // Runs ids at positions st.pos.. and advances the state. d_logits: device [rows, V] FP32, rows = S when
-  // o.all_logits else 1 (nullptr: no logits). No synchronization unless hooks are given.
-  Status forward(DeviceSequence& st, std::span<const int32_t> ids, const cpu::ForwardOptions& o, float* d_logits) const {
-    const int S = int(ids.size());
-    DSV41_TRY(check_input(st, ids));
-    if (o.bounded_replay) return error(Code::unsupported, "CUDA forward: bounded replay is not implemented on the GPU");
-    const ForwardHooks* hooks = o.hooks;
-    const int hc = s_.hc_mult, d = s_.hidden_size, nt = n_taps();
-    const int64_t p0 = st.pos;
-    Scratch fs(pool_, stream_);
-    int32_t* d_ids = nullptr;
-    int64_t* d_hash = nullptr;
-    std::vector<int64_t> hash;
-    if (!plan_.layers.empty()) {
-      hash.resize(size_t(S) * plan_.n_layers() * plan_.cols());
-      DSV41_TRY(engram::hash_ids(plan_, token_map_, s_.image_token_id, ids, st.history, hash));
-      if (hooks && hooks->engram_ids) hooks->engram_ids(hooks->ctx, p0, S, int(plan_.n_layers() * plan_.cols()), hash.data());
-    }
-    DSV41_TRY(fs.get(d_ids, S));
-    if (!hash.empty()) DSV41_TRY(fs.get(d_hash, hash.size()));
-    DSV41_TRY(put_inputs(ids.data(), S, d_ids, hash.data(), hash.size(), d_hash));
-    bf16_t* H = nullptr;
-    float* pre = nullptr;
-    bf16_t* taps = nullptr;
-    DSV41_TRY(fs.get(H, size_t(S) * hc * d));
-    DSV41_TRY(fs.get(pre, size_t(S) * hc));
-    DSV41_TRY(fs.get(taps, size_t(S) * std::max(nt, 1) * d));
-    mk::embed_kernel<<<S, 128, 0, stream_>>>(w_.embed.bf16(), d_ids, hc, d, H, pre);
-    DSV41_TRY(launch_status("embed"));
-    Shared sh;
-    sh.fs = &fs;
-    sh.lists.assign(sched_.size(), nullptr);
-    for (int l = 0; l < s_.num_hidden_layers; ++l) DSV41_TRY(unit(l, st, sh, d_ids, d_hash, H, pre, taps, S, p0, hooks));
-    if (d_logits) {
-      const int first = o.all_logits ? 0 : S - 1;
-      DSV41_TRY(head_rows(H + size_t(first) * hc * d, pre + size_t(first) * hc, S - first, d_logits));
-    }
-    if (hooks && hooks->taps && nt > 0) DSV41_TRY(hook_taps(hooks, p0, S, taps));
-    if (s_.n_dspark() > 0) DSV41_TRY(seed_dspark(st, taps, S, p0));
-    st.pos += S;
-    const size_t keep = size_t(std::max(s_.engram_max_ngram_size - 1, 0));
-    st.history.insert(st.history.end(), ids.begin(), ids.end());
-    if (st.history.size() > keep) st.history.erase(st.history.begin(), st.history.end() - keep);
-    return Status::Ok();
-  }
-
-  // The same with the logits copied to res.logits (the one synchronization). res.taps stays empty.
-  Status forward(DeviceSequence& st, std::span<const int32_t> ids, cpu::ForwardResult& res, bool all_logits = false,
-                 const ForwardHooks* hooks = nullptr) const {
-    cpu::ForwardOptions o;
-    o.all_logits = all_logits;
-    o.hooks = hooks;
-    const int rows = all_logits ? int(ids.size()) : 1;
-    const size_t n = size_t(rows) * s_.vocab_size;
-    float* d = nullptr;
-    {
-      Scratch sc(pool_, stream_);
-      DSV41_TRY(sc.get(d, n));
-      DSV41_TRY(forward(st, ids, o, d));
-      res.logits.resize(n);
-      res.taps.clear();
-      DSV41_CUDA_TRY(cudaMemcpyAsync(res.logits.data(), d, n * 4, cudaMemcpyDeviceToHost, stream_), "logits copy");
-    }
-    DSV41_CUDA_TRY(cudaStreamSynchronize(stream_), "forward");
-    return Status::Ok();
-  }
-
-  // §4.9 DSpark draft after the main model predicted y for position st.pos. Device outputs, no synchronization.
-  Status draft(const DeviceSequence& st, int32_t y, const DraftBuffers& out) const {
-    const int B = s_.dspark_block_size, hc = s_.hc_mult, d = s_.hidden_size, L = s_.num_hidden_layers;
-    const int V = s_.vocab_size, R = s_.dspark_markov_rank;
-    if (s_.n_dspark() == 0) return error(Code::unsupported, "draft: this model has no DSpark stages");
-    if (st.owner() != this) return error(Code::invalid_argument, "draft: sequence made by another model");
-    if (st.pos == 0) return error(Code::invalid_argument, "draft: run the prompt first");
-    if (y < 0 || y >= V) return error(Code::invalid_argument, "draft: token outside the vocabulary");
-    const int64_t p = st.pos - 1;
-    Scratch sc(pool_, stream_);
-    std::vector<int32_t> bids(size_t(B), s_.dspark_noise_token_id);
-    bids[0] = y;
-    int32_t* d_bids = nullptr;
-    DSV41_TRY(sc.get(d_bids, B));
-    DSV41_TRY(put_inputs(bids.data(), B, d_bids, nullptr, 0, nullptr));
-    bf16_t *H = nullptr, *xb = nullptr, *xn = nullptr;
-    float* pre = nullptr;
-    DSV41_TRY(sc.get(H, size_t(B) * hc * d));
-    DSV41_TRY(sc.get(pre, size_t(B) * hc));
-    DSV41_TRY(sc.get(xb, size_t(B) * d));
-    DSV41_TRY(sc.get(xn, size_t(B) * d));
-    mk::embed_kernel<<<B, 128, 0, stream_>>>(w_.embed.bf16(), d_bids, hc, d, H, pre);
-    DSV41_TRY(launch_status("draft embed"));
-    for (int stage = 0; stage < s_.n_dspark(); ++stage) {
-      const int l = L + stage;
-      DSV41_TRY(block(l, H, pre, nullptr, B, [&](const bf16_t* x, bf16_t* o) { return draft_attention(st, l, x, p, o); }));
-    }
-    const DLayer& last = layers_[L + s_.n_dspark() - 1];
-    mk::collapse_norm_kernel<<<B, 128, size_t(d) * 4, stream_>>>(H, pre, hc, hc, d, last.norm, eps(), xb, xn);
-    DSV41_TRY(launch_status("draft collapse"));
-    DSV41_TRY(linear_bf16(xn, B, w_.head, out.logits, nullptr, V));
-    DSV41_CUDA_TRY(cudaMemcpyAsync(out.ids, d_bids, 4, cudaMemcpyDeviceToDevice, stream_), "draft y");
-    for (int i = 0; i < B; ++i) {
-      mk::markov_add_kernel<<<mk::blocks_for(V), mk::kThreads, 0, stream_>>>(
-          last.markov_embed.bf16(), last.markov_head.bf16(), out.ids, i, V, R, out.logits + size_t(i) * V);
-      mk::argmax_kernel<<<1, 1024, 0, stream_>>>(out.logits + size_t(i) * V, V, out.ids + i + 1);
-    }
-    DSV41_TRY(launch_status("draft markov"));
-    mk::confidence_kernel<<<B, 128, 0, stream_>>>(xb, last.markov_embed.bf16(), out.ids, last.conf_proj.bf16(), d, R,
-                                                   out.confidence);
-    return launch_status("draft confidence");
-  }
-
-  // The same into host vectors (synchronizes).
-  Status draft(const DeviceSequence& st, int32_t y, cpu::DraftResult& res) const {
-    const int B = s_.dspark_block_size, V = s_.vocab_size;
-    {
-      Scratch sc(pool_, stream_);
-      DraftBuffers b;
-      DSV41_TRY(sc.get(b.ids, size_t(B) + 1));
-      DSV41_TRY(sc.get(b.logits, size_t(B) * V));
-      DSV41_TRY(sc.get(b.confidence, size_t(B)));
-      DSV41_TRY(draft(st, y, b));
-      res.ids.resize(size_t(B) + 1);
-      res.logits.resize(size_t(B) * V);
-      res.confidence.resize(size_t(B));
-      DSV41_CUDA_TRY(cudaMemcpyAsync(res.ids.data(), b.ids, (size_t(B) + 1) * 4, cudaMemcpyDeviceToHost, stream_), "draft copy");
-      DSV41_CUDA_TRY(cudaMemcpyAsync(res.logits.data(), b.logits, size_t(B) * V * 4, cudaMemcpyDeviceToHost, stream_),
-                     "draft copy");
-      DSV41_CUDA_TRY(cudaMemcpyAsync(res.confidence.data(), b.confidence, size_t(B) * 4, cudaMemcpyDeviceToHost, stream_),
-                     "draft copy");
-    }
-    DSV41_CUDA_TRY(cudaStreamSynchronize(stream_), "draft");
-    return Status::Ok();
-  }
-
-  // Head of device rows: logits [rows, V] FP32 = head(norm(hc_pre(H, pre))).
-  Status head_rows(const bf16_t* H, const float* pre, int rows, float* logits) const {
-    const int hc = s_.hc_mult, d = s_.hidden_size;
-    Scratch sc(pool_, stream_);
-    bf16_t* xn = nullptr;
-    DSV41_TRY(sc.get(xn, size_t(rows) * d));
-    mk::collapse_norm_kernel<<<rows, 128, size_t(d) * 4, stream_>>>(H, pre, hc, hc, d, w_.norm, eps(), nullptr, xn);
-    DSV41_TRY(launch_status("head collapse"));
-    return linear_bf16(xn, rows, w_.head, logits, nullptr, s_.vocab_size);
-  }
-
-  // cpu::Forward::head's interface (host arrays; the golden check's head test). Synchronizes; NaN on error.
-  void head(const float* H, const float* pre, int first, int last, float* logits) const {
-    const int hc = s_.hc_mult, d = s_.hidden_size, V = s_.vocab_size, rows = last - first;
-    Status st = [&]() -> Status {
-      std::vector<uint16_t> hb(size_t(rows) * hc * d);
-      for (size_t i = 0; i < hb.size(); ++i) hb[i] = num::bf16_bits(H[size_t(first) * hc * d + i]);
-      Scratch sc(pool_, stream_);
-      bf16_t* dH = nullptr;
-      float *dp = nullptr, *dl = nullptr;
-      DSV41_TRY(sc.get(dH, hb.size()));
-      DSV41_TRY(sc.get(dp, size_t(rows) * hc));
-      DSV41_TRY(sc.get(dl, size_t(rows) * V));
-      DSV41_CUDA_TRY(cudaMemcpyAsync(dH, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice, stream_), "head upload");
-      DSV41_CUDA_TRY(cudaMemcpyAsync(dp, pre + size_t(first) * hc, size_t(rows) * hc * 4, cudaMemcpyHostToDevice, stream_),
-                     "head upload");
-      DSV41_TRY(head_rows(dH, dp, rows, dl));
-      DSV41_CUDA_TRY(cudaMemcpyAsync(logits, dl, size_t(rows) * V * 4, cudaMemcpyDeviceToHost, stream_), "head copy");
-      DSV41_CUDA_TRY(cudaStreamSynchronize(stream_), "head");
-      return Status::Ok();
-    }();
-    if (!st.ok()) std::fill(logits, logits + size_t(rows) * V, std::nanf(""));
-  }
-
- private:
-  // What index sources hand down the stack within one forward (device arrays in the forward's scratch).
-  struct Shared {
-    Scratch* fs = nullptr;
-    std::vector<int32_t*> lists;       // per layer: [S, index_topk]
-    uint8_t* cand_sel = nullptr;       // [S, cand_nb] candidate blocks of the candidate source
-    int* cand_vis = nullptr;           // [S] its visible entries per row
-    int cand_nb = 1;
-    bool has_cand = false;
-  };
-
-  ForwardT(const ModelShape& s, std::vector<int32_t> token_map, engram::HashPlan plan, cudaStream_t stream)
-      : s_(s), sched_(make_schedule(s)), token_map_(std::move(token_map)), plan_(std::move(plan)), stream_(stream) {}
-
-  float eps() const { return float(s_.rms_norm_eps); }
-  int n_taps() const { return int(s_.dspark_target_layer_ids.size()); }
-
-  Status check_shape() const {
-    const ModelShape& s = s_;
-    auto bad = [](const std::string& m) { return error(Code::unsupported, "CUDA forward: " + m); };
-    if (s.hc_mult != 4) return bad("hc_mult must be 4");
-    if (s.hidden_size % 64 || s.moe_intermediate_size % 64) return bad("hidden_size and moe_intermediate_size % 64");
-    if (s.head_dim % 32 || s.q_lora_rank % 32 || s.index_head_dim % 32 || s.engram_head_dim % 32)
-      return bad("head_dim, q_lora_rank, index_head_dim, engram_head_dim % 32");
-    if (s.hidden_size > 8192 || s.head_dim > 1024) return bad("hidden_size ≤ 8192, head_dim ≤ 1024");
-    if ((s.num_attention_heads * s.head_dim) % s.o_groups || ((s.num_attention_heads * s.head_dim) / s.o_groups) % 32)
-      return bad("o_groups must split H·D into multiples of 32");
-    if (s.o_groups * s.o_lora_rank % 32) return bad("o_groups·o_lora_rank % 32");
-    return Status::Ok();
-  }
-
-  Status check_input(const DeviceSequence& st, std::span<const int32_t> ids) const {
-    if (ids.empty()) return error(Code::invalid_argument, "forward: no tokens");
-    if (st.owner() != this || st.layers.size() != sched_.size())
-      return error(Code::invalid_argument, "forward: sequence made by another model");
-    const int64_t end = st.pos + int64_t(ids.size());
-    if (end > st.max_positions)
-      return error(Code::out_of_range, "forward: " + std::to_string(end) + " positions exceed the state's capacity of " +
-                                           std::to_string(st.max_positions));
-    for (int32_t id : ids)
-      if (id < 0 || id >= s_.vocab_size)
-        return error(Code::invalid_argument, "forward: token id " + std::to_string(id) + " outside the vocabulary");
-    return Status::Ok();
-  }
-
-  // ---- weights ----
-  Status up_linear(const Linear& h, DLinear& d) {
-    d.kind = h.kind;
-    d.out = h.out;
-    d.in = h.in;
-    if (h.kind == WKind::None || !h.w) return Status::Ok();
-    size_t wb = 0, sb = 0;
-    switch (h.kind) {
-      case WKind::BF16: wb = size_t(h.out) * h.in * 2; break;
-      case WKind::F32: wb = size_t(h.out) * h.in * 4; break;
-      case WKind::FP8: wb = size_t(h.out) * h.in; sb = size_t((h.out + 31) / 32) * ((h.in + 31) / 32); break;
-      case WKind::FP4: wb = size_t(h.out) * h.in / 2; sb = size_t(h.out) * (h.in / 32); break;
-      case WKind::None: break;
-    }
-    DSV41_TRY(wmem_.upload(d.w, h.w, wb));
-    if (sb) DSV41_TRY(wmem_.upload(d.s, h.s, sb));
-    return Status::Ok();
-  }
-  Status up_vec(const std::vector<float>& v, const float*& d) {
-    if (v.empty()) { d = nullptr; return Status::Ok(); }
-    return wmem_.upload(d, v.data(), v.size());
-  }
-  // Routed experts' matrix m (0 = w1, 1 = w2, 2 = w3) of every expert, packed at fixed strides.
-  Status up_experts(const std::vector<std::array<Linear, 3>>& ex, int m, const uint8_t*& w, const uint8_t*& s,
-                    int64_t& gw, int64_t& gs) {
-    if (ex.empty()) return Status::Ok();
-    const Linear& l0 = ex[0][m];
-    gw = int64_t(l0.out) * l0.in / 2;
-    gs = int64_t(l0.out) * (l0.in / 32);
-    std::vector<uint8_t> wb(size_t(gw) * ex.size()), sb(size_t(gs) * ex.size());
-    for (size_t e = 0; e < ex.size(); ++e) {
-      const Linear& l = ex[e][m];
-      if (l.kind != WKind::FP4 || l.out != l0.out || l.in != l0.in || !l.w || !l.s)
-        return error(Code::format_error, "CUDA upload: routed experts must be FP4 of one shape");
-      std::memcpy(wb.data() + e * size_t(gw), l.w, size_t(gw));
-      std::memcpy(sb.data() + e * size_t(gs), l.s, size_t(gs));
-    }
-    DSV41_TRY(wmem_.upload(w, wb.data(), wb.size()));
-    return wmem_.upload(s, sb.data(), sb.size());
-  }
-
-  Status upload(const Weights& hw) {
-    DSV41_TRY(up_linear(hw.embed, w_.embed));
-    DSV41_TRY(up_linear(hw.head, w_.head));
-    DSV41_TRY(up_vec(hw.norm, w_.norm));
-    const auto& y = s_.rope_scaling;
-    layers_.resize(hw.layers.size());
-    for (size_t i = 0; i < hw.layers.size(); ++i) {
-      const LayerWeights& h = hw.layers[i];
-      DLayer& L = layers_[i];
-      for (auto [src, dst] : std::initializer_list<std::pair<const Linear*, DLinear*>>{
-               {&h.wq_a, &L.wq_a}, {&h.wq_b, &L.wq_b}, {&h.wkv, &L.wkv}, {&h.wo_a, &L.wo_a}, {&h.wo_b, &L.wo_b},
-               {&h.c_wkv, &L.c_wkv}, {&h.c_wgate, &L.c_wgate}, {&h.i_wk, &L.i_wk}, {&h.i_wq_b, &L.i_wq_b},
-               {&h.i_wproj, &L.i_wproj}, {&h.gate, &L.gate}, {&h.engram_wkv, &L.engram_wkv},
-               {&h.main_proj, &L.main_proj}, {&h.markov_embed, &L.markov_embed}, {&h.markov_head, &L.markov_head},
-               {&h.conf_proj, &L.conf_proj}, {&h.shared[0], &L.sh1}, {&h.shared[1], &L.sh2}, {&h.shared[2], &L.sh3}})
-        DSV41_TRY(up_linear(*src, *dst));
-      for (auto [src, dst] : std::initializer_list<std::pair<const std::vector<float>*, const float**>>{
-               {&h.q_norm, &L.q_norm}, {&h.kv_norm, &L.kv_norm}, {&h.attn_sink, &L.attn_sink},
-               {&h.attn_norm, &L.attn_norm}, {&h.ffn_norm, &L.ffn_norm}, {&h.c_norm, &L.c_norm},
-               {&h.i_knorm, &L.i_knorm}, {&h.gate_bias, &L.gate_bias}, {&h.gate_bias_vl, &L.gate_bias_vl},
-               {&h.engram_qk, &L.engram_qk}, {&h.main_norm, &L.main_norm}, {&h.norm, &L.norm},
-               {&h.hc_attn.fn, &L.hca_fn}, {&h.hc_attn.base, &L.hca_base}, {&h.hc_attn.scale, &L.hca_scale},
-               {&h.hc_ffn.fn, &L.hcf_fn}, {&h.hc_ffn.base, &L.hcf_base}, {&h.hc_ffn.scale, &L.hcf_scale}})
-        DSV41_TRY(up_vec(*src, *dst));
-      DSV41_TRY(up_experts(h.experts, 0, L.ew1, L.es1, L.gw13, L.gs13));
-      DSV41_TRY(up_experts(h.experts, 2, L.ew3, L.es3, L.gw13, L.gs13));
-      DSV41_TRY(up_experts(h.experts, 1, L.ew2, L.es2, L.gw2, L.gs2));
-      if (h.engram_table) {
-        const int hd = s_.engram_head_dim;
-        L.engram_rows = h.engram_rows;
-        DSV41_TRY(wmem_.upload(L.engram_table, h.engram_table, size_t(h.engram_rows) * hd));
-        DSV41_TRY(wmem_.upload(L.engram_scale, h.engram_table_scale, size_t(h.engram_rows) * (hd / 32)));
-      }
-      const bool compressed = sched_[i].ratio > 0;
-      const cpu::RopeTable rt = cpu::RopeTable::make(s_.qk_rope_head_dim, compressed ? s_.compress_rope_theta : s_.rope_theta,
-                                                     compressed && s_.has_rope_scaling, y.factor, y.beta_fast,
-                                                     y.beta_slow, double(y.original_max_position_embeddings));
-      DSV41_TRY(up_vec(rt.freqs, L.rope_freqs));
-    }
-    return Status::Ok();
-  }
-
-  // ---- GEMM helpers (tensor-core kernels where the shape fits, simple kernels otherwise) ----
-  Status act_quant(const bf16_t* x, int M, int K, uint8_t*& c, uint8_t*& e, Scratch& sc) const {
-    DSV41_TRY(sc.get(c, size_t(M) * K));
-    DSV41_TRY(sc.get(e, size_t(M) * (K / 32)));
-    return act_quant_fp8(x, K, M, K, c, e, nullptr, stream_);
-  }
-  Status linear_fp8(const uint8_t* xc, const uint8_t* xe, int M, const DLinear& W, bf16_t* y, int64_t ldy) const {
-    if (W.kind != WKind::FP8) return error(Code::internal, "linear_fp8: not an FP8 weight");
-    const int N = W.out, K = W.in;
-    if (N % 64 == 0 && K % 32 == 0) {
-      Scratch sc(pool_, stream_);
-      const size_t wsb = gemm_workspace_bytes(M, N, K);
-      float* ws = nullptr;
-      if (wsb) DSV41_TRY(sc.get(ws, wsb / 4));
-      return gemm_fp8(xc, xe, M, W.w, W.s, N, K, y, ldy, ws, wsb, stream_);
-    }
-    mk::linear_fp8_simple_kernel<<<mk::blocks_for(int64_t(M) * N * 32), mk::kThreads, 0, stream_>>>(xc, xe, W.w, W.s, M,
-                                                                                                   N, K, y, ldy);
-    return launch_status("linear fp8 (simple)");
-  }
-  // x BF16 [M, K] dense; W BF16; FP32 (yf) or BF16 (yb) out. FP32 outputs (head, compressor at ratio > 1:
-  // SPEC's FP32 linears) use the CUDA-core FMA kernel: the BF16 tensor-core GEMM accumulates with
-  // truncation (relative errors up to ~3e-4 measured), far from FP32.
-  Status linear_bf16(const bf16_t* x, int M, const DLinear& W, float* yf, bf16_t* yb, int64_t ldy) const {
-    if (W.kind != WKind::BF16) return error(Code::internal, "linear_bf16: not a BF16 weight");
-    const int N = W.out, K = W.in;
-    if (!yf && N % 16 == 0 && K % 32 == 0) {
-      Scratch sc(pool_, stream_);
-      const size_t wsb = gemm_workspace_bytes(M, N, K);
-      float* ws = nullptr;
-      if (wsb) DSV41_TRY(sc.get(ws, wsb / 4));
-      return gemm_bf16(x, M, W.bf16(), N, K, yf, yb, ldy, ws, wsb, stream_);
-    }
-    mk::linear_bf16_simple_kernel<<<mk::blocks_for(int64_t(M) * N * 32), mk::kThreads, 0, stream_>>>(
-        x, K, W.bf16(), M, N, K, yf, yb, ldy);
-    return launch_status("linear bf16 (simple)");
-  }
-  Status norm(const bf16_t* x, const float* w, int rows, int n, bf16_t* y) const {
-    return rmsnorm(x, n, w, rows, n, eps(), y, n, stream_);
-  }
-  Status rope_rows(bf16_t* x, int rows, int heads, int dh, const DLayer& w, int64_t p0, bool inverse = false) const {
-    return rope(x, rows, heads, dh, s_.qk_rope_head_dim, w.rope_freqs, p0, inverse, stream_);
-  }
-
-  // Token ids (and Engram row ids) to the device: as kernel parameters when small (decode, drafts: fully
-  // asynchronous), else by copy (a pageable copy may wait for the stream; prefill only).
-  Status put_inputs(const int32_t* ids, int n_ids, int32_t* d_ids, const int64_t* hash, size_t n_hash, int64_t* d_hash) const {
-    if (n_ids <= mk::SmallInputs::kIds && n_hash <= size_t(mk::SmallInputs::kHash)) {
-      mk::SmallInputs v;
-      v.n_ids = n_ids;
-      v.n_hash = int(n_hash);
-      std::memcpy(v.ids, ids, size_t(n_ids) * 4);
-      if (n_hash) std::memcpy(v.hash, hash, n_hash * 8);
-      mk::small_inputs_kernel<<<1, 128, 0, stream_>>>(v, d_ids, d_hash);
-      return launch_status("inputs");
-    }
-    DSV41_CUDA_TRY(cudaMemcpyAsync(d_ids, ids, size_t(n_ids) * 4, cudaMemcpyHostToDevice, stream_), "ids upload");
-    if (n_hash)
-      DSV41_CUDA_TRY(cudaMemcpyAsync(d_hash, hash, n_hash * 8, cudaMemcpyHostToDevice, stream_), "hash upload");
-    return Status::Ok();
-  }
-
-  // ---- hooks (debug path: copies to the host and back, synchronizes) ----
-  Status hook_unit(const ForwardHooks* hooks, bool input, int l, int64_t p0, int S, bf16_t* H, float* pre) const {
-    const int hc = s_.hc_mult, d = s_.hidden_size;
-    std::vector<uint16_t> hb(size_t(S) * hc * d);
-    std::vector<float> hf(hb.size()), pf(size_t(S) * hc);
-    DSV41_CUDA_TRY(cudaMemcpyAsync(hb.data(), H, hb.size() * 2, cudaMemcpyDeviceToHost, stream_), "hook copy");
-    DSV41_CUDA_TRY(cudaMemcpyAsync(pf.data(), pre, pf.size() * 4, cudaMemcpyDeviceToHost, stream_), "hook copy");
-    DSV41_CUDA_TRY(cudaStreamSynchronize(stream_), "hook copy");
-    for (size_t i = 0; i < hb.size(); ++i) hf[i] = num::bf16_to_f32(hb[i]);
-    if (!input) {
-      hooks->unit_output(hooks->ctx, l, p0, S, hf.data(), pf.data());
-      return Status::Ok();
-    }
-    hooks->unit_input(hooks->ctx, l, p0, S, hf.data(), pf.data());
-    for (size_t i = 0; i < hb.size(); ++i) hb[i] = num::bf16_bits(hf[i]);
-    DSV41_CUDA_TRY(cudaMemcpyAsync(H, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice, stream_), "hook copy");
-    DSV41_CUDA_TRY(cudaMemcpyAsync(pre, pf.data(), pf.size() * 4, cudaMemcpyHostToDevice, stream_), "hook copy");
-    DSV41_CUDA_TRY(cudaStreamSynchronize(stream_), "hook copy");
-    return Status::Ok();
-  }
-  Status hook_taps(const ForwardHooks* hooks, int64_t p0, int S, bf16_t* taps) const {
-    const size_t n = size_t(S) * n_taps() * s_.hidden_size;
-    std::vector<uint16_t> hb(n);
-    std::vector<float> hf(n);
-    DSV41_CUDA_TRY(cudaMemcpyAsync(hb.data(), taps, n * 2, cudaMemcpyDeviceToHost, stream_), "taps copy");
-    DSV41_CUDA_TRY(cudaStreamSynchronize(stream_), "taps copy");
-    for (size_t i = 0; i < n; ++i) hf[i] = num::bf16_to_f32(hb[i]);
-    hooks->taps(hooks->ctx, p0, S, n_taps() * s_.hidden_size, hf.data());
-    for (size_t i = 0; i < n; ++i) hb[i] = num::bf16_bits(hf[i]);
-    DSV41_CUDA_TRY(cudaMemcpyAsync(taps, hb.data(), n * 2, cudaMemcpyHostToDevice, stream_), "taps copy");
-    DSV41_CUDA_TRY(cudaStreamSynchronize(stream_), "taps copy");
-    return Status::Ok();
-  }
-
-  // ---- one layer unit ----
-  Status unit(int l, DeviceSequence& st, Shared& sh, const int32_t* d_ids, const int64_t* d_hash, bf16_t* H, float* pre,
-              bf16_t* taps, int S, int64_t p0, const ForwardHooks* hooks) const {
-    const LayerRole& role = sched_[l];
-    const DLayer& w = layers_[l];
-    const int hc = s_.hc_mult, d = s_.hidden_size;
-    if (hooks && hooks->unit_input) DSV41_TRY(hook_unit(hooks, true, l, p0, S, H, pre));
-    if (role.engram_slot >= 0) DSV41_TRY(engram(w, role.engram_slot, d_hash, d_ids, H, S));
-    if (role.tap_slot >= 0) {
-      mk::taps_kernel<<<mk::blocks_for(int64_t(S) * d), mk::kThreads, 0, stream_>>>(H, S, hc, d, n_taps(), role.tap_slot,
-                                                                                    taps);
-      DSV41_TRY(launch_status("taps"));
-    }
-    DSV41_TRY(block(l, H, pre, d_ids, S,
-                    [&](const bf16_t* x, bf16_t* o) { return attention(l, st, sh, x, S, p0, o, hooks); }));
-    if (hooks && hooks->unit_output) DSV41_TRY(hook_unit(hooks, false, l, p0, S, H, pre));
-    return Status::Ok();
-  }
-
-  // §4.7 Engram on all streams of H [S, hc, d].
-  Status engram(const DLayer& w, int slot, const int64_t* d_hash, const int32_t* d_ids, bf16_t* H, int S) const {
-    const int hc = s_.hc_mult, d = s_.hidden_size, hd = s_.engram_head_dim, cols = int(plan_.cols());
-    const int stride = int(plan_.n_layers()) * cols, K = cols * hd;
-    Scratch sc(pool_, stream_);
-    bf16_t *rows = nullptr, *kv = nullptr;
-    DSV41_TRY(sc.get(rows, size_t(S) * K));
-    DSV41_TRY(sc.get(kv, size_t(S) * (hc + 1) * d));
-    mk::engram_gather_kernel<<<mk::blocks_for(int64_t(S) * K), mk::kThreads, 0, stream_>>>(
-        d_hash, stride, slot * cols, cols, hd, w.engram_table, w.engram_scale, w.engram_rows, S, rows);
-    DSV41_TRY(launch_status("engram gather"));
-    uint8_t *xc = nullptr, *xe = nullptr;
-    DSV41_TRY(act_quant(rows, S, K, xc, xe, sc));
-    DSV41_TRY(linear_fp8(xc, xe, S, w.engram_wkv, kv, int64_t(hc + 1) * d));
-    const float inv_sqrt_d = float(std::pow(double(d), -0.5));
-    mk::engram_gate_kernel<<<S * hc, 128, 0, stream_>>>(kv, w.engram_qk, d_ids, s_.image_token_id, hc, d, eps(),
-                                                         inv_sqrt_d, H);
-    return launch_status("engram gate");
-  }
-
-  // §4.1 block: mHC around attention and MoE; H [S, hc, d] and pre [S, hc] updated in place.
-  template <class AttnFn>
-  Status block(int l, bf16_t* H, float* pre, const int32_t* d_tokens, int S, AttnFn&& attn) const {
-    const LayerRole& role = sched_[l];
-    const DLayer& w = layers_[l];
-    const int hc = s_.hc_mult, d = s_.hidden_size, NM = (2 + hc) * hc;
-    Scratch sc(pool_, stream_);
-    float *mixA = nullptr, *mixF = nullptr;
-    bf16_t *xa = nullptr, *a = nullptr, *H1 = nullptr, *xf = nullptr, *f = nullptr;
-    DSV41_TRY(sc.get(mixA, size_t(S) * NM));
-    DSV41_TRY(sc.get(mixF, size_t(S) * NM));
-    DSV41_TRY(sc.get(xa, size_t(S) * d));
-    DSV41_TRY(sc.get(a, size_t(S) * d));
-    DSV41_TRY(sc.get(H1, size_t(S) * hc * d));
-    DSV41_TRY(sc.get(xf, size_t(S) * d));
-    DSV41_TRY(sc.get(f, size_t(S) * d));
-    MhcParams pa;
-    pa.T = S;
-    pa.d = d;
-    pa.H_in = H;
-    pa.pre_use = pre;
-    pa.pre_stride = hc;
-    pa.fn = w.hca_fn;
-    pa.base = w.hca_base;
-    pa.scale = w.hca_scale;
-    pa.norm_w = w.attn_norm;
-    pa.norm_eps = eps();
-    pa.hc_eps = float(s_.hc_eps);
-    pa.iters = s_.hc_sinkhorn_iters;
-    pa.mix_out = mixA;
-    pa.y = xa;
-    if (d % 256 == 0) {
-      uint8_t* ws = nullptr;
-      DSV41_TRY(sc.get(ws, mhc_workspace_bytes(S, d, hc)));
-      mhc_set_workspace(pa, hc, ws);
-    }
-    DSV41_TRY(mhc_step_any(pa, hc, stream_));
-    DSV41_TRY(attn(static_cast<const bf16_t*>(xa), a));
-    MhcParams pf = pa;
-    pf.x = a;
-    pf.mix_prev = mixA;
-    pf.H_out = H1;
-    pf.pre_use = mixA;
-    pf.pre_stride = NM;
-    pf.fn = w.hcf_fn;
-    pf.base = w.hcf_base;
-    pf.scale = w.hcf_scale;
-    pf.norm_w = w.ffn_norm;
-    pf.mix_out = mixF;
-    pf.y = xf;
-    DSV41_TRY(mhc_step_any(pf, hc, stream_));
-    DSV41_TRY(moe(role, w, xf, d_tokens, S, f));
-    mk::hc_post_kernel<<<mk::blocks_for(int64_t(S) * d), mk::kThreads, 0, stream_>>>(f, H1, mixF, S, hc, d, H, pre);
-    return launch_status("hc_post");
-  }
-
-  // §4.6 MoE of x [S, d] into out [S, d].
-  Status moe(const LayerRole& role, const DLayer& w, const bf16_t* x, const int32_t* d_tokens, int S, bf16_t* out) const {
-    MoeShape ms;
-    ms.T = S;
-    ms.d = s_.hidden_size;
-    ms.E = role.n_experts;
-    ms.k = role.top_k;
-    ms.I = s_.moe_intermediate_size;
-    ms.route_scale = float(s_.routed_scaling_factor);
-    ms.limit = float(s_.swiglu_limit);
-    ms.norm_topk = s_.norm_topk_prob;
-    MoeWeights mw;
-    mw.gate = w.gate.bf16();
-    mw.bias = w.gate_bias;
-    mw.w1 = {w.ew1, w.es1, w.gw13, w.gs13};
-    mw.w3 = {w.ew3, w.es3, w.gw13, w.gs13};
-    mw.w2 = {w.ew2, w.es2, w.gw2, w.gs2};
-    mw.s1 = {w.sh1.w, w.sh1.s, 0, 0};
-    mw.s2 = {w.sh2.w, w.sh2.s, 0, 0};
-    mw.s3 = {w.sh3.w, w.sh3.s, 0, 0};
-    if (w.gate_bias_vl && d_tokens && s_.image_token_id >= 0) {
-      mw.bias_vl = w.gate_bias_vl;
-      mw.tokens = d_tokens;
-      mw.image_token_id = s_.image_token_id;
-    }
-    Scratch sc(pool_, stream_);
-    const size_t wsb = moe_workspace_bytes(ms);
-    uint8_t* ws = nullptr;
-    DSV41_TRY(sc.get(ws, wsb));
-    return gpu::moe(ms, mw, x, out, ws, wsb, stream_);
-  }
-
-  // §4.2 attention of one backbone layer over its normalized inputs x [S, d]; out [S, d].
-  Status attention(int l, DeviceSequence& st, Shared& sh, const bf16_t* x, int S, int64_t p0, bf16_t* out,
-                   const ForwardHooks* hooks) const {
-    const LayerRole& role = sched_[l];
-    const DLayer& w = layers_[l];
-    const int H = s_.num_attention_heads, D = s_.head_dim, W = s_.sliding_window, d = s_.hidden_size;
-    const int ql = s_.q_lora_rank, K = s_.index_topk, we = num::window_entry_size(D);
-    DeviceLayerState& ls = st.layers[l];
-    Scratch sc(pool_, stream_);
-    uint8_t *xc = nullptr, *xe = nullptr, *qrc = nullptr, *qre = nullptr;
-    bf16_t *tmp = nullptr, *qr = nullptr, *q = nullptr, *kv = nullptr, *kvn = nullptr, *o = nullptr;
-    DSV41_TRY(act_quant(x, S, d, xc, xe, sc));
-    DSV41_TRY(sc.get(tmp, size_t(S) * ql));
-    DSV41_TRY(sc.get(qr, size_t(S) * ql));
-    DSV41_TRY(linear_fp8(xc, xe, S, w.wq_a, tmp, ql));
-    DSV41_TRY(norm(tmp, w.q_norm, S, ql, qr));
-    DSV41_TRY(act_quant(qr, S, ql, qrc, qre, sc));
-    DSV41_TRY(sc.get(q, size_t(S) * H * D));
-    DSV41_TRY(linear_fp8(qrc, qre, S, w.wq_b, q, int64_t(H) * D));
-    DSV41_TRY(rope_rows(q, S, H, D, w, p0));
-    DSV41_TRY(sc.get(kv, size_t(S) * D));
-    DSV41_TRY(sc.get(kvn, size_t(S) * D));
-    DSV41_TRY(linear_fp8(xc, xe, S, w.wkv, kv, D));
-    DSV41_TRY(norm(kv, w.kv_norm, S, D, kvn));
-    DSV41_TRY(rope_rows(kvn, S, 1, D, w, p0));
-    // Window entries: decode stores the new entry in the ring first (its slot held position p − W, which
-    // no row attends); a chunk attends a scratch pool [ring ; chunk entries] and stores the ring after.
-    const bool decode = S == 1;
-    uint8_t* pool = ls.ring;
-    if (decode) {
-      mk::pack_window_kernel<<<mk::blocks_for(D / 32), mk::kThreads, 0, stream_>>>(kvn, D, 0, 1, D, ls.ring, 0, p0, W, true);
-    } else {
-      DSV41_TRY(sc.get(pool, size_t(W + S) * we));
-      DSV41_CUDA_TRY(cudaMemcpyAsync(pool, ls.ring, size_t(W) * we, cudaMemcpyDeviceToDevice, stream_), "ring copy");
-      mk::pack_window_kernel<<<mk::blocks_for(int64_t(S) * (D / 32)), mk::kThreads, 0, stream_>>>(kvn, D, 0, S, D, pool,
-                                                                                                 W, p0, W, false);
-    }
-    DSV41_TRY(launch_status("pack window"));
-    int* widx = nullptr;
-    DSV41_TRY(sc.get(widx, size_t(S) * W));
-    mk::window_idx_kernel<<<mk::blocks_for(int64_t(S) * W), mk::kThreads, 0, stream_>>>(S, p0, W, 0, decode, widx);
-    DSV41_TRY(launch_status("window idx"));
-    // Compressed entries and the top-k lists.
-    int* cidx = nullptr;
-    const uint8_t* cpool = nullptr;
-    if (role.ratio > 0) {
-      if (role.mode == AttnMode::Full) DSV41_TRY(compress(l, st, x, S, p0));
-      const DeviceLayerState& src = st.layers[role.kv_source];
-      if (role.mode == AttnMode::Full || role.mode == AttnMode::Reindex) {
-        int32_t* own = nullptr;
-        DSV41_TRY(index_select(l, src, sh, x, qrc, qre, S, p0, hooks, own));
-        if (hooks && hooks->topk) DSV41_TRY(hook_topk(hooks, l, p0, S, own));
-        sh.lists[l] = own;
-      }
-      const int32_t* lists = sh.lists[role.index_source];
-      if (!lists) return error(Code::internal, "CUDA forward: layer " + std::to_string(l) + " has no top-k list");
-      DSV41_TRY(sc.get(cidx, size_t(S) * K));
-      mk::comp_idx_kernel<<<mk::blocks_for(int64_t(S) * K), mk::kThreads, 0, stream_>>>(lists, S, K, p0, role.ratio,
-                                                                                       src.n_entries, cidx);
-      DSV41_TRY(launch_status("comp idx"));
-      cpool = src.comp;
-    }
-    DSV41_TRY(sc.get(o, size_t(S) * H * D));
-    SparseAttnParams ap;
-    ap.q = q;
-    ap.win_pool = pool;
-    ap.win_idx = widx;
-    ap.n_win = W;
-    ap.comp_pool = cpool;
-    ap.comp_idx = cidx;
-    ap.n_comp = cidx ? K : 0;
-    ap.sink = w.attn_sink;
-    ap.scale = float(std::pow(double(D), -0.5));
-    ap.R = S;
-    ap.H = H;
-    ap.D = D;
-    ap.out = o;
-    DSV41_TRY(sparse_attention_any(ap, stream_));
-    DSV41_TRY(rope_rows(o, S, H, D, w, p0, true));
-    if (!decode) {
-      const int t0 = std::max(0, S - W);
-      mk::ring_store_kernel<<<mk::blocks_for(int64_t(S - t0) * we), mk::kThreads, 0, stream_>>>(pool, W, t0, S, we,
-                                                                                             ls.ring, p0, W);
-      DSV41_TRY(launch_status("ring store"));
-    }
-    return output_projection(w, o, S, out, sc);
-  }
-
-  // u_g = o_g · wo_a_gᵀ (BF16, no activation quant), then wo_b (FP8).
-  Status output_projection(const DLayer& w, const bf16_t* o, int S, bf16_t* out, Scratch& sc) const {
-    const int G = s_.o_groups, R = s_.o_lora_rank, gw = s_.num_attention_heads * s_.head_dim / G;
-    bf16_t* u = nullptr;
-    uint8_t *uc = nullptr, *ue = nullptr;
-    DSV41_TRY(sc.get(u, size_t(S) * G * R));
-    mk::wo_a_kernel<<<mk::blocks_for(int64_t(S) * G * R * 32), mk::kThreads, 0, stream_>>>(o, S, G, R, gw, w.wo_a.w,
-                                                                                         w.wo_a.s, u);
-    DSV41_TRY(launch_status("wo_a"));
-    DSV41_TRY(act_quant(u, S, G * R, uc, ue, sc));
-    return linear_fp8(uc, ue, S, w.wo_b, out, s_.hidden_size);
-  }
-
-  Status hook_topk(const ForwardHooks* hooks, int l, int64_t p0, int S, int32_t* lists) const {
-    const int K = s_.index_topk;
-    std::vector<int32_t> h(size_t(S) * K);
-    DSV41_CUDA_TRY(cudaMemcpyAsync(h.data(), lists, h.size() * 4, cudaMemcpyDeviceToHost, stream_), "topk copy");
-    DSV41_CUDA_TRY(cudaStreamSynchronize(stream_), "topk copy");
-    hooks->topk(hooks->ctx, l, p0, S, K, h.data());
-    DSV41_CUDA_TRY(cudaMemcpyAsync(lists, h.data(), h.size() * 4, cudaMemcpyHostToDevice, stream_), "topk copy");
-    DSV41_CUDA_TRY(cudaStreamSynchronize(stream_), "topk copy");
-    return Status::Ok();
-  }
-
-  // §4.3 compressor of a Full layer over the chunk's normalized inputs x [S, d] at positions p0..
-  Status compress(int l, DeviceSequence& st, const bf16_t* x, int S, int64_t p0) const {
-    const LayerRole& role = sched_[l];
-    const DLayer& w = layers_[l];
-    DeviceLayerState& ls = st.layers[l];
-    const int D = s_.head_dim, dI = s_.index_head_dim, r = role.ratio;
-    Scratch sc(pool_, stream_);
-    bf16_t* lat = nullptr;
-    int n_new = 0;
-    const int64_t first = ls.n_entries;
-    if (r == 1) {
-      bf16_t* kv = nullptr;
-      DSV41_TRY(sc.get(kv, size_t(S) * D));
-      DSV41_TRY(sc.get(lat, size_t(S) * D));
-      DSV41_TRY(linear_bf16(x, S, w.c_wkv, nullptr, kv, D));
-      DSV41_TRY(norm(kv, w.c_norm, S, D, lat));
-      n_new = S;
-    } else {
-      float *kv = nullptr, *z = nullptr;
-      DSV41_TRY(sc.get(kv, size_t(S) * D));
-      DSV41_TRY(sc.get(z, size_t(S) * D));
-      DSV41_TRY(linear_bf16(x, S, w.c_wkv, kv, nullptr, D));
-      DSV41_TRY(linear_bf16(x, S, w.c_wgate, z, nullptr, D));
-      const int n_rows = ls.n_pend + S, n_groups = n_rows / r, rem = n_rows - n_groups * r;
-      if (n_groups > 0) {
-        bf16_t* pooled = nullptr;
-        DSV41_TRY(sc.get(pooled, size_t(n_groups) * D));
-        DSV41_TRY(sc.get(lat, size_t(n_groups) * D));
-        mk::compress_pool_kernel<<<mk::blocks_for(int64_t(n_groups) * D), mk::kThreads, 0, stream_>>>(
-            ls.pend_kv, ls.pend_z, ls.n_pend, kv, z, r, D, n_groups, pooled);
-        DSV41_TRY(launch_status("compress pool"));
-        DSV41_TRY(norm(pooled, w.c_norm, n_groups, D, lat));
-      }
-      if (rem > 0) {
-        mk::compress_pending_kernel<<<mk::blocks_for(int64_t(rem) * D), mk::kThreads, 0, stream_>>>(
-            ls.pend_kv, ls.pend_z, ls.n_pend, kv, z, n_groups * r, rem, D);
-        DSV41_TRY(launch_status("compress pending"));
-      }
-      ls.n_pend = rem;
-      n_new = n_groups;
-    }
-    if (n_new == 0) return Status::Ok();
-    if (first + n_new > ls.cap) return error(Code::internal, "compressor: entry capacity exceeded");
-    bf16_t *k = nullptr, *kn = nullptr;
-    DSV41_TRY(sc.get(k, size_t(n_new) * dI));
-    DSV41_TRY(sc.get(kn, size_t(n_new) * dI));
-    DSV41_TRY(linear_bf16(lat, n_new, w.i_wk, nullptr, k, dI));
-    DSV41_TRY(norm(k, w.i_knorm, n_new, dI, kn));
-    const int rd = s_.qk_rope_head_dim;
-    mk::rope_strided_kernel<<<mk::blocks_for(int64_t(n_new) * (rd / 2)), mk::kThreads, 0, stream_>>>(
-        kn, n_new, 1, dI, rd, w.rope_freqs, first * r, r);
-    mk::pack_index_kernel<<<mk::blocks_for(int64_t(n_new) * (dI / 32)), mk::kThreads, 0, stream_>>>(kn, n_new, dI,
-                                                                                                  ls.ikeys, first);
-    mk::rope_strided_kernel<<<mk::blocks_for(int64_t(n_new) * (rd / 2)), mk::kThreads, 0, stream_>>>(
-        lat, n_new, 1, D, rd, w.rope_freqs, first * r, r);
-    mk::pack_main_kernel<<<mk::blocks_for(int64_t(n_new) * (D / 16)), mk::kThreads, 0, stream_>>>(lat, n_new, D, ls.comp,
-                                                                                                first);
-    DSV41_TRY(launch_status("compressed entries"));
-    ls.n_entries = first + n_new;
-    (void)p0;
-    return Status::Ok();
-  }
-
-  // §4.4–4.5 indexer of a Full or Reindex layer: own top-k lists [S, index_topk] (forward scratch).
-  Status index_select(int l, const DeviceLayerState& src, Shared& sh, const bf16_t* x, const uint8_t* qrc,
-                      const uint8_t* qre, int S, int64_t p0, const ForwardHooks* hooks, int32_t*& lists) const {
-    const LayerRole& role = sched_[l];
-    const DLayer& w = layers_[l];
-    const int nI = s_.index_n_heads, dI = s_.index_head_dim, r = role.ratio, K = s_.index_topk;
-    const int n = int(src.n_entries);
-    Scratch sc(pool_, stream_);
-    bf16_t *qi = nullptr, *wb = nullptr;
-    uint8_t *qp = nullptr, *qe = nullptr;
-    float *wf = nullptr, *scores = nullptr;
-    int* vis = nullptr;
-    DSV41_TRY(sc.get(qi, size_t(S) * nI * dI));
-    DSV41_TRY(linear_fp8(qrc, qre, S, w.i_wq_b, qi, int64_t(nI) * dI));
-    DSV41_TRY(rope_rows(qi, S, nI, dI, w, p0));
-    DSV41_TRY(sc.get(qp, size_t(S) * nI * dI / 2));
-    DSV41_TRY(sc.get(qe, size_t(S) * nI * dI / 32));
-    DSV41_TRY(quant_fp4_b32(qi, int64_t(nI) * dI, S, nI * dI, qp, qe, stream_));
-    DSV41_TRY(sc.get(wb, size_t(S) * nI));
-    DSV41_TRY(sc.get(wf, size_t(S) * nI));
-    DSV41_TRY(linear_bf16(x, S, w.i_wproj, nullptr, wb, nI));
-    const float wscale = float(std::pow(double(dI), -0.5) * std::pow(double(nI), -0.5));
-    mk::index_weights_kernel<<<mk::blocks_for(int64_t(S) * nI), mk::kThreads, 0, stream_>>>(wb, S * nI, wscale, wf);
-    DSV41_TRY(sc.get(vis, size_t(S)));
-    mk::fill_vis_kernel<<<mk::blocks_for(S), mk::kThreads, 0, stream_>>>(S, p0, r, n, vis);
-    DSV41_TRY(launch_status("index weights"));
-    DSV41_TRY(sc.get(scores, size_t(S) * std::max(n, 1)));
-    IndexScoreParams ip;
-    ip.q = qp;
-    ip.qe = qe;
-    ip.w = wf;
-    ip.keys = src.ikeys;
-    ip.n = n;
-    ip.vis = vis;
-    ip.R = S;
-    ip.nI = nI;
-    ip.dI = dI;
-    ip.scores = scores;
-    DSV41_TRY(index_scores_any(ip, stream_));
-    const int blk = s_.candidate_block_size;
-    if (role.candidate_source && n > 0) {
-      const int nb = std::max((n + blk - 1) / blk, 1);
-      stdsel::Pair* work = nullptr;
-      DSV41_TRY(sc.get(work, size_t(S) * nb));
-      DSV41_TRY(sh.fs->get(sh.cand_sel, size_t(S) * nb));
-      DSV41_TRY(sh.fs->get(sh.cand_vis, size_t(S)));
-      DSV41_CUDA_TRY(cudaMemcpyAsync(sh.cand_vis, vis, size_t(S) * 4, cudaMemcpyDeviceToDevice, stream_), "cand vis");
-      sh.cand_nb = nb;
-      sh.has_cand = true;
-      mk::candidate_kernel<<<mk::blocks_for(S, 64), 64, 0, stream_>>>(scores, n, vis, S, s_.candidate_topk_blocks, blk,
-                                                                      work, nb, sh.cand_sel);
-      DSV41_TRY(launch_status("candidates"));
-    } else if (role.candidate_source) {
-      sh.has_cand = false;  // no visible entries: every row's mask is empty
-    } else if (role.uses_candidates && n > 0) {
-      if (!sh.has_cand) {  // no mask this forward (cpu: rows beyond the mask's) → nothing eligible
-        DSV41_TRY(sh.fs->get(sh.cand_sel, size_t(S)));
-        DSV41_TRY(sh.fs->get(sh.cand_vis, size_t(S)));
-        DSV41_CUDA_TRY(cudaMemsetAsync(sh.cand_vis, 0, size_t(S) * 4, stream_), "cand vis");
-        sh.cand_nb = 1;
-        sh.has_cand = true;
-      }
-      mk::apply_candidates_kernel<<<mk::blocks_for(int64_t(S) * n), mk::kThreads, 0, stream_>>>(
-          scores, S, n, vis, sh.cand_sel, sh.cand_vis, sh.cand_nb, blk);
-      DSV41_TRY(launch_status("apply candidates"));
-    }
-    if (hooks && hooks->index_scores) {
-      std::vector<float> h(size_t(S) * n);
-      if (n > 0) {
-        DSV41_CUDA_TRY(cudaMemcpyAsync(h.data(), scores, h.size() * 4, cudaMemcpyDeviceToHost, stream_), "scores copy");
-        DSV41_CUDA_TRY(cudaStreamSynchronize(stream_), "scores copy");
-      }
-      hooks->index_scores(hooks->ctx, l, p0, S, n, h.data());
-    }
-    DSV41_TRY(sh.fs->get(lists, size_t(S) * K));
-    return topk(scores, S, n, vis, K, lists, stream_);
-  }
-
-  // §4.9 seeds each DSpark stage's ring with the window entries of main positions p0.. from the taps.
-  Status seed_dspark(DeviceSequence& st, const bf16_t* taps, int S, int64_t p0) const {
-    const int d = s_.hidden_size, D = s_.head_dim, W = s_.sliding_window, L = s_.num_hidden_layers, nt = n_taps();
-    const DLayer& first = layers_[L];
-    Scratch sc(pool_, stream_);
-    uint8_t *tc = nullptr, *te = nullptr, *mc = nullptr, *me = nullptr;
-    bf16_t *mx = nullptr, *mxn = nullptr, *kv = nullptr, *kvn = nullptr;
-    DSV41_TRY(act_quant(taps, S, nt * d, tc, te, sc));
-    DSV41_TRY(sc.get(mx, size_t(S) * d));
-    DSV41_TRY(sc.get(mxn, size_t(S) * d));
-    DSV41_TRY(linear_fp8(tc, te, S, first.main_proj, mx, d));
-    DSV41_TRY(norm(mx, first.main_norm, S, d, mxn));
-    DSV41_TRY(act_quant(mxn, S, d, mc, me, sc));
-    DSV41_TRY(sc.get(kv, size_t(S) * D));
-    DSV41_TRY(sc.get(kvn, size_t(S) * D));
-    const int t0 = std::max(0, S - W);
-    for (int stage = 0; stage < s_.n_dspark(); ++stage) {
-      const int l = L + stage;
-      DSV41_TRY(linear_fp8(mc, me, S, layers_[l].wkv, kv, D));
-      DSV41_TRY(norm(kv, layers_[l].kv_norm, S, D, kvn));
-      DSV41_TRY(rope_rows(kvn, S, 1, D, layers_[l], p0));
-      mk::pack_window_kernel<<<mk::blocks_for(int64_t(S - t0) * (D / 32)), mk::kThreads, 0, stream_>>>(
-          kvn, D, t0, S, D, st.layers[l].ring, 0, p0, W, true);
-      DSV41_TRY(launch_status("dspark seed"));
-    }
-    return Status::Ok();
-  }
-
-  // DSpark stage attention: block rows at positions p+1.. attend to the ring (positions ≤ p) and every block row.
-  Status draft_attention(const DeviceSequence& st, int l, const bf16_t* x, int64_t p, bf16_t* out) const {
-    const int B = s_.dspark_block_size, H = s_.num_attention_heads, D = s_.head_dim, W = s_.sliding_window;
-    const int d = s_.hidden_size, ql = s_.q_lora_rank, we = num::window_entry_size(D);
-    const DLayer& w = layers_[l];
-    Scratch sc(pool_, stream_);
-    uint8_t *xc = nullptr, *xe = nullptr, *qrc = nullptr, *qre = nullptr, *pool = nullptr;
-    bf16_t *tmp = nullptr, *qr = nullptr, *q = nullptr, *kv = nullptr, *kvn = nullptr, *o = nullptr;
-    int* idx = nullptr;
-    DSV41_TRY(act_quant(x, B, d, xc, xe, sc));
-    DSV41_TRY(sc.get(tmp, size_t(B) * ql));
-    DSV41_TRY(sc.get(qr, size_t(B) * ql));
-    DSV41_TRY(linear_fp8(xc, xe, B, w.wq_a, tmp, ql));
-    DSV41_TRY(norm(tmp, w.q_norm, B, ql, qr));
-    DSV41_TRY(act_quant(qr, B, ql, qrc, qre, sc));
-    DSV41_TRY(sc.get(q, size_t(B) * H * D));
-    DSV41_TRY(linear_fp8(qrc, qre, B, w.wq_b, q, int64_t(H) * D));
-    DSV41_TRY(rope_rows(q, B, H, D, w, p + 1));
-    DSV41_TRY(sc.get(kv, size_t(B) * D));
-    DSV41_TRY(sc.get(kvn, size_t(B) * D));
-    DSV41_TRY(linear_fp8(xc, xe, B, w.wkv, kv, D));
-    DSV41_TRY(norm(kv, w.kv_norm, B, D, kvn));
-    DSV41_TRY(rope_rows(kvn, B, 1, D, w, p + 1));
-    DSV41_TRY(sc.get(pool, size_t(W + B) * we));
-    DSV41_CUDA_TRY(cudaMemcpyAsync(pool, st.layers[l].ring, size_t(W) * we, cudaMemcpyDeviceToDevice, stream_),
-                   "draft ring copy");
-    mk::pack_window_kernel<<<mk::blocks_for(int64_t(B) * (D / 32)), mk::kThreads, 0, stream_>>>(kvn, D, 0, B, D, pool, W,
-                                                                                               0, W, false);
-    DSV41_TRY(sc.get(idx, size_t(B) * (W + B)));
-    mk::draft_idx_kernel<<<mk::blocks_for(int64_t(B) * (W + B)), mk::kThreads, 0, stream_>>>(B, p, W, idx);
-    DSV41_TRY(launch_status("draft entries"));
-    DSV41_TRY(sc.get(o, size_t(B) * H * D));
-    SparseAttnParams ap;
-    ap.q = q;
-    ap.win_pool = pool;
-    ap.win_idx = idx;
-    ap.n_win = W + B;
-    ap.sink = w.attn_sink;
-    ap.scale = float(std::pow(double(D), -0.5));
-    ap.R = B;
-    ap.H = H;
-    ap.D = D;
-    ap.out = o;
-    DSV41_TRY(sparse_attention_any(ap, stream_));
-    DSV41_TRY(rope_rows(o, B, H, D, w, p + 1, true));
-    return output_projection(w, o, B, out, sc);
-  }
-
-  struct Global {
-    DLinear embed, head;
-    const float* norm = nullptr;
-  };
-
-  ModelShape s_;
-  std::vector<LayerRole> sched_;
-  std::vector<int32_t> token_map_;
-  engram::HashPlan plan_;
-  cudaStream_t stream_ = nullptr;
-  cudaMemPool_t pool_ = nullptr;
-  DeviceArena wmem_;
-  Global w_;
-  std::vector<DLayer> layers_;
-};
-
-using Forward = ForwardT<>;
-
-}  // namespace gpu
-
-// Model<Config, Cuda> in all but name (model.hpp's Model is the CPU backend; see notes/gpu.md for the alias).
-template <class Config = configs::Dynamic>
-class CudaModel {
- public:
-  CudaModel(const CudaModel&) = delete;
-  CudaModel& operator=(const CudaModel&) = delete;
-
-  // Loads dir (config.json, safetensors, Engram token map) and uploads the weights; work runs on `stream`.
-  static Result<std::unique_ptr<CudaModel>> load(const std::string& dir, cudaStream_t stream = nullptr,
-                                                 const LoadOptions& opt = {}) {
+  // Loads dir (config.json, safetensors, Engram token map) and uploads the weights; work runs on `stream`
+  // (the legacy default stream when null).
+  static Result<std::unique_ptr<Model>> load(const std::string& dir, cudaStream_t stream, const LoadOptions& opt = {}) {
     auto report = [&](float f, const char* what) { return !opt.progress || opt.progress(opt.ctx, f, what); };
-    std::unique_ptr<CudaModel> m(new CudaModel());
+    std::unique_ptr<Model> m(new Model());
     auto shape = load_config(dir + "/config.json");
     if (!shape.ok()) return shape.status();
     m->shape_ = std::move(shape).value();
@@ -1135,7 +54,10 @@ class CudaModel {
     if (!f.ok()) return f.status();
     m->fwd_ = std::move(f).value();
     if (!report(1.0f, "ready")) return error(Code::cancelled, "load cancelled");
-    return Result<std::unique_ptr<CudaModel>>(std::move(m));
+    return Result<std::unique_ptr<Model>>(std::move(m));
+  }
+  static Result<std::unique_ptr<Model>> load(const std::string& dir, const LoadOptions& opt = {}) {
+    return load(dir, nullptr, opt);
   }
 
   const ModelShape& shape() const { return shape_; }
@@ -1143,75 +65,129 @@ class CudaModel {
   const gpu::Forward& backend() const { return *fwd_; }
   cudaStream_t stream() const { return fwd_->stream(); }
 
-  Result<gpu::DeviceSequence> new_sequence(int64_t max_positions) const { return fwd_->new_sequence(max_positions); }
+  // A fresh sequence able to hold max_positions tokens (allocates its caches at their exact sizes).
+  Result<State> new_sequence(int64_t max_positions) const { return fwd_->new_sequence(max_positions); }
 
-  // Host logits (one synchronization at the end).
-  Status forward(gpu::DeviceSequence& st, std::span<const int32_t> ids, cpu::ForwardResult& out, bool all_logits = false,
+  // Runs ids at the state's next positions in one forward; host logits (every row or the last).
+  Status forward(State& st, std::span<const int32_t> ids, cpu::ForwardResult& out, bool all_logits = false,
                  const ForwardHooks* hooks = nullptr) const {
     return fwd_->forward(st, ids, out, all_logits, hooks);
   }
-  // Device logits [rows, V] (caller-owned), no synchronization.
-  Status forward(gpu::DeviceSequence& st, std::span<const int32_t> ids, const cpu::ForwardOptions& opt,
-                 float* d_logits) const {
+  // Device logits [rows, V] (caller-owned, or null), no synchronization.
+  Status forward(State& st, std::span<const int32_t> ids, const cpu::ForwardOptions& opt, float* d_logits) const {
     return fwd_->forward(st, ids, opt, d_logits);
   }
-  Status draft(const gpu::DeviceSequence& st, int32_t y, cpu::DraftResult& out) const { return fwd_->draft(st, y, out); }
-  Status draft(const gpu::DeviceSequence& st, int32_t y, const gpu::DraftBuffers& out) const {
-    return fwd_->draft(st, y, out);
+
+  // Prefill in chunks (opt.chunk tokens per forward; 0 = all at once); last_logits gets the last row.
+  // on_chunk may cancel between chunks (the state keeps the chunks already run). One synchronization per
+  // chunk when on_chunk is set (so the callback sees finished work), else one at the end.
+  Status prefill(State& st, std::span<const int32_t> ids, std::vector<float>* last_logits = nullptr,
+                 const PrefillOptions& opt = {}) const {
+    if (ids.empty()) return error(Code::invalid_argument, "prefill: empty prompt");
+    if (st.pos + int64_t(ids.size()) > st.max_positions)
+      return error(Code::out_of_range, "prefill: prompt of " + std::to_string(ids.size()) + " tokens does not fit the " +
+                                           std::to_string(st.max_positions - st.pos) + " positions left");
+    for (int32_t id : ids)
+      if (id < 0 || id >= shape_.vocab_size)
+        return error(Code::invalid_argument, "prefill: token id " + std::to_string(id) + " outside the vocabulary");
+    const size_t chunk = opt.chunk > 0 ? size_t(opt.chunk) : ids.size();
+    const int V = shape_.vocab_size;
+    gpu::StreamBlock logits;
+    DSV41_TRY(logits.alloc(size_t(V) * 4, stream()));
+    float* d = reinterpret_cast<float*>(logits.data());
+    for (size_t i = 0; i < ids.size(); i += chunk) {
+      const size_t n = std::min(chunk, ids.size() - i);
+      cpu::ForwardOptions fo;
+      fo.bounded_replay = opt.bounded_replay;
+      const bool last = i + n == ids.size();
+      DSV41_TRY(fwd_->forward(st, ids.subspan(i, n), fo, last && last_logits ? d : nullptr));
+      if (opt.on_chunk) {
+        DSV41_CUDA_TRY(cudaStreamSynchronize(stream()), "prefill chunk");
+        if (!opt.on_chunk(opt.ctx, int64_t(i + n), int64_t(ids.size())))
+          return error(Code::cancelled, "prefill cancelled after " + std::to_string(i + n) + " tokens");
+      }
+    }
+    if (last_logits) {
+      last_logits->resize(size_t(V));
+      DSV41_CUDA_TRY(cudaMemcpyAsync(last_logits->data(), d, size_t(V) * 4, cudaMemcpyDeviceToHost, stream()), "logits");
+    }
+    DSV41_CUDA_TRY(cudaStreamSynchronize(stream()), "prefill");
+    return Status::Ok();
   }
 
+  // One decode step for several sequences, each at its own position, in one batched forward.
+  struct DecodeItem {
+    State* state = nullptr;
+    int32_t token = 0;
+    std::vector<float>* logits = nullptr;  // [V] out
+  };
+  Status decode(std::span<DecodeItem> batch) const {
+    if (batch.empty()) return Status::Ok();
+    std::vector<State*> seqs;
+    std::vector<int32_t> ids;
+    for (auto& item : batch) {
+      seqs.push_back(item.state);
+      ids.push_back(item.token);
+    }
+    const size_t V = size_t(shape_.vocab_size), B = batch.size();
+    gpu::StreamBlock logits;
+    DSV41_TRY(logits.alloc(B * V * 4, stream()));
+    DSV41_TRY(fwd_->forward_batch(seqs, ids, reinterpret_cast<float*>(logits.data())));
+    for (size_t b = 0; b < B; ++b) {
+      if (!batch[b].logits) continue;
+      batch[b].logits->resize(V);
+      DSV41_CUDA_TRY(cudaMemcpyAsync(batch[b].logits->data(), logits.data() + b * V * 4, V * 4, cudaMemcpyDeviceToHost,
+                                     stream()),
+                     "logits");
+    }
+    DSV41_CUDA_TRY(cudaStreamSynchronize(stream()), "decode");
+    return Status::Ok();
+  }
+  // The same with device logits [B, V] (or null), no synchronization; capturable in a CUDA graph.
+  Status decode(std::span<State* const> seqs, std::span<const int32_t> tokens, float* d_logits) const {
+    return fwd_->forward_batch(seqs, tokens, d_logits);
+  }
+
+  // SPEC §5 Encoder SWA Bounded Replay after the window rings were lost (see Model<C, Cpu>::replay_window).
+  Status replay_window(State& st, std::span<const int32_t> recent, std::vector<float>* last_logits = nullptr) const {
+    const size_t V = size_t(shape_.vocab_size);
+    gpu::StreamBlock logits;
+    DSV41_TRY(logits.alloc(V * 4, stream()));
+    DSV41_TRY(fwd_->replay_window(st, recent, last_logits ? reinterpret_cast<float*>(logits.data()) : nullptr));
+    if (last_logits) {
+      last_logits->resize(V);
+      DSV41_CUDA_TRY(cudaMemcpyAsync(last_logits->data(), logits.data(), V * 4, cudaMemcpyDeviceToHost, stream()), "logits");
+    }
+    DSV41_CUDA_TRY(cudaStreamSynchronize(stream()), "replay_window");
+    return Status::Ok();
+  }
+
+  // DSpark draft after the main model predicted y for the state's next position (host or device outputs).
+  Status draft(const State& st, int32_t y, cpu::DraftResult& out) const { return fwd_->draft(st, y, out); }
+  Status draft(const State& st, int32_t y, const gpu::DraftBuffers& out) const { return fwd_->draft(st, y, out); }
+
  private:
-  CudaModel() = default;
+  Model() = default;
   ModelShape shape_;
   std::unique_ptr<gpu::Forward> fwd_;
 };
 
-namespace gpu {
+// Speculative steps (generate.hpp): snapshot before a block, roll back to the accepted prefix after it.
+template <class C>
+Result<gpu::DeviceSnapshot> take_snapshot(const Model<C, Cuda>& m, const gpu::DeviceSequence& st,
+                                          std::span<const int32_t> ids) {
+  return gpu::DeviceSnapshot::take(m.shape(), m.schedule(), st, ids, m.stream());
+}
+template <class C>
+Status rollback(const Model<C, Cuda>& m, gpu::DeviceSequence& st, const gpu::DeviceSnapshot& sn, int keep) {
+  auto r = sn.restore(st, keep, m.stream());
+  if (!r.ok()) return r.status();
+  if (*r == 0) return Status::Ok();
+  return m.forward(st, std::span<const int32_t>(sn.ids.data(), size_t(*r)), cpu::ForwardOptions{}, nullptr);
+}
 
-// Runs code written against the CPU model's SequenceState (golden::run) on a CUDA model: each SequenceState
-// object stands for a device sequence, found by its address; a forward at position 0 starts a fresh one.
-// A test bridge (golden.hpp declares its states as SequenceState), not for serving.
-template <class M>
-class HostStateBridge {
- public:
-  explicit HostStateBridge(const M& m) : m_(m) {}
-  const ModelShape& shape() const { return m_.shape(); }
-  const auto& backend() const { return m_.backend(); }
-
-  SequenceState new_sequence(int64_t max_positions) const {
-    SequenceState s;
-    s.max_positions = max_positions;
-    return s;
-  }
-
-  Status forward(SequenceState& st, std::span<const int32_t> ids, cpu::ForwardResult& res, bool all_logits = false,
-                 const ForwardHooks* hooks = nullptr) const {
-    auto& slot = seqs_[&st];
-    if (st.pos == 0 || !slot) {
-      if (st.pos != 0) return error(Code::invalid_argument, "bridge: unknown sequence");
-      auto q = m_.new_sequence(st.max_positions);
-      if (!q.ok()) return q.status();
-      slot = std::make_unique<DeviceSequence>(std::move(q).value());
-    }
-    if (slot->pos != st.pos) return error(Code::invalid_argument, "bridge: sequence out of step");
-    DSV41_TRY(m_.forward(*slot, ids, res, all_logits, hooks));
-    st.pos = slot->pos;
-    st.history = slot->history;
-    return Status::Ok();
-  }
-
-  Status draft(const SequenceState& st, int32_t y, cpu::DraftResult& out) const {
-    auto it = seqs_.find(&st);
-    if (it == seqs_.end() || !it->second || it->second->pos != st.pos)
-      return error(Code::invalid_argument, "bridge: unknown sequence");
-    return m_.draft(*it->second, y, out);
-  }
-
- private:
-  const M& m_;
-  mutable std::map<const SequenceState*, std::unique_ptr<DeviceSequence>> seqs_;
-};
-
-}  // namespace gpu
+// The name used before Model<Config, Cuda> existed.
+template <class Config = configs::Dynamic>
+using CudaModel = Model<Config, Cuda>;
 
 }  // namespace dsv41

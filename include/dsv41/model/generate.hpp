@@ -119,7 +119,7 @@ inline Result<Verdict> verify_drafts(std::span<const float> target, int V, std::
 // outside the vocabulary, a prompt longer than the positions left, bad options, speculative on a model
 // without DSpark or drafter.
 template <class C, class B>
-Result<GenerateResult> generate(const Model<C, B>& m, SequenceState& st, std::span<const int32_t> prompt,
+Result<GenerateResult> generate(const Model<C, B>& m, typename Model<C, B>::State& st, std::span<const int32_t> prompt,
                                 const GenerateOptions& o) {
   const ModelShape& s = m.shape();
   const int V = s.vocab_size;
@@ -239,7 +239,9 @@ Result<GenerateResult> generate(const Model<C, B>& m, SequenceState& st, std::sp
         }
       }
     }
-    const Snapshot snap = snapshot(m, st, block);
+    auto taken = take_snapshot(m, st, block);
+    if (!taken.ok()) return taken.status();
+    const auto& snap = *taken;
     DSV41_TRY(m.forward(st, block, fr, /*all_logits=*/true));
     auto verdict = verify_drafts(fr.logits, V, std::span<const int32_t>(block).subspan(1), qs, sampler);
     if (!verdict.ok()) return verdict.status();

@@ -1,6 +1,7 @@
 // Model<Config, Backend>: a loaded model directory (config.json, sharded safetensors, Engram token map)
 // and the operations on per-sequence states. Config is a traits type from configs:: (its shape must
-// equal the directory's) or configs::Dynamic (any config.json). Backend: Cpu (reference).
+// equal the directory's) or configs::Dynamic (any config.json). Backend: Cpu (the reference, this file) or
+// Cuda (model/cuda_model.hpp, compiled by nvcc).
 #pragma once
 #include <filesystem>
 #include <memory>
@@ -20,7 +21,8 @@
 
 namespace dsv41 {
 
-struct Cpu {};  // backend tag: the CPU reference
+struct Cpu {};   // backend tag: the CPU reference (this file)
+struct Cuda {};  // backend tag: the GPU forward (include <dsv41/model/cuda_model.hpp> in a .cu file)
 
 // Progress while loading; return false to cancel (load then fails with Code::cancelled).
 struct LoadOptions {
@@ -137,9 +139,11 @@ inline Result<EngramSetup> load_engram(const std::string& dir, const ModelShape&
 
 template <class Config = configs::Dynamic, class Backend = Cpu>
 class Model {
-  static_assert(std::is_same_v<Backend, Cpu>, "only the Cpu backend is available in this build");
+  static_assert(std::is_same_v<Backend, Cpu>, "Model<Config, Cuda> needs <dsv41/model/cuda_model.hpp> (nvcc)");
 
  public:
+  using State = SequenceState;
+
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
@@ -207,7 +211,7 @@ class Model {
 
   // One decode step for several sequences, each at its own position.
   struct DecodeItem {
-    SequenceState* state = nullptr;
+    State* state = nullptr;
     int32_t token = 0;
     std::vector<float>* logits = nullptr;  // [V] out
   };

@@ -13,6 +13,12 @@ Snapshot snapshot(const Model<C, B>& m, const SequenceState& st, std::span<const
   return snapshot(m.shape(), m.schedule(), st, ids);
 }
 
+// The snapshot as a Result, the form both backends share (the CUDA one allocates device memory).
+template <class C, class B>
+Result<Snapshot> take_snapshot(const Model<C, B>& m, const SequenceState& st, std::span<const int32_t> ids) {
+  return snapshot(m.shape(), m.schedule(), st, ids);
+}
+
 // restore(), then the re-run it may ask for: st ends as if it had run only the first keep ids.
 template <class C, class B>
 Status rollback(const Model<C, B>& m, SequenceState& st, const Snapshot& sn, int keep) {
