@@ -309,6 +309,7 @@ TEST_CASE("CUDA generate: speculative greedy equals greedy", "[gpu][cuda_api]") 
 // the golden contract, above); a replay path adds no difference of its own when its GPU-vs-CPU distance
 // stays within twice that of the exact prefill of the same prompt (a wrong window floor or a skipped layer
 // moves the logits by O(1)).
+TEST_CASE("CUDA bounded replay and window replay follow the CPU", "[gpu][cuda_api]") {
   auto g = GModel::load(kPy);
   REQUIRE(g.ok());
   auto c = Model<>::load(kPy);

@@ -20,6 +20,9 @@ struct SparseAttnParams {
   const int* win_idx = nullptr;       // [R, n_win] entry ids in win_pool, −1 = none
   int n_win = 0;
   const uint8_t* comp_pool = nullptr; // compressed main entries, D/2 + D/16 bytes each
+  // Per row (several sequences in one launch): row r reads win_pools[r] / comp_pools[r] when these are set.
+  const uint8_t* const* win_pools = nullptr;
+  const uint8_t* const* comp_pools = nullptr;
   const int* comp_idx = nullptr;      // [R, n_comp], −1 = none
   int n_comp = 0;
   const float* sink = nullptr;        // [H]
@@ -55,6 +58,8 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(const SparseAttnParams
   extern __shared__ __align__(128) uint8_t smem[];
   const int D = p.D, NP = npad(p), n_chunks_d = D / 8, n_chunks_p = NP / 8;
   const int row = blockIdx.y, h0 = blockIdx.x * HG;
+  const uint8_t* win_pool = p.win_pools ? p.win_pools[row] : p.win_pool;
+  const uint8_t* comp_pool = p.comp_pools ? p.comp_pools[row] : p.comp_pool;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   uint8_t* Qs = smem;
   uint8_t* Es = Qs + HG * D * 2;
@@ -108,7 +113,7 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(const SparseAttnParams
       if (j < n) {
         const int v = list[j];
         if (v >= 0) {
-          const uint8_t* e = p.win_pool + int64_t(v) * went;
+          const uint8_t* e = win_pool + int64_t(v) * went;
           const uint32_t* c4p = reinterpret_cast<const uint32_t*>(e + grp * 16);  // entries are 4-byte aligned
           const uint32_t codes[4] = {c4p[0], c4p[1], c4p[2], c4p[3]};
           const float s = ue8m0_f(e[D + grp / 2]);
@@ -116,7 +121,7 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(const SparseAttnParams
 #pragma unroll
           for (int i = 0; i < 8; ++i) o[i] = e4m3x2_to_bf16x2_scaled(c2[i], s);
         } else {
-          const uint8_t* e = p.comp_pool + int64_t(v & 0x7fffffff) * ment;
+          const uint8_t* e = comp_pool + int64_t(v & 0x7fffffff) * ment;
           const uint2 nib = *reinterpret_cast<const uint2*>(e + grp * 8);
           const float s = num::e4m3_to_f32(e[D / 2 + grp]);
           const uint32_t c4[4] = {e2m1x4_to_e4m3x4(nib.x & 0xFFFFu), e2m1x4_to_e4m3x4(nib.x >> 16),

@@ -335,6 +335,20 @@ __global__ void pack_window_kernel(const bf16_t* __restrict__ x, int64_t ldx, in
   num::fp8_quant_block32(v, 32, e + b * 32, e + D + b);
 }
 
+// Decode rows of several sequences: row t's entry goes to slot pos[t] mod W of rings[t].
+template <int = 0>
+__global__ void pack_window_rows_kernel(const bf16_t* __restrict__ x, int rows, int D, uint8_t* const* __restrict__ rings,
+                                        const int64_t* __restrict__ pos, int W) {
+  const int nb = D / 32;
+  const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (id >= int64_t(rows) * nb) return;
+  const int t = int(id / nb), b = int(id % nb);
+  uint8_t* e = rings[t] + (pos[t] % W) * num::window_entry_size(D);
+  float v[32];
+  for (int i = 0; i < 32; ++i) v[i] = bf2f(x[int64_t(t) * D + b * 32 + i]);
+  num::fp8_quant_block32(v, 32, e + b * 32, e + D + b);
+}
+
 // Main KV entry (E2M1 + E4M3 scale per 16) of rows [0, rows) into entries first + t.
 template <int = 0>
 __global__ void pack_main_kernel(const bf16_t* __restrict__ x, int rows, int D, uint8_t* __restrict__ pool,
@@ -379,15 +393,16 @@ __global__ void ring_store_kernel(const uint8_t* __restrict__ pool, int64_t off,
 
 // ---- attention lists ----
 
-// Window entries of row t (position p = p0 + t): positions max(0, p − W + 1, floor)..p. In the ring (slot
+// Window entries of row t (position p = pos ? pos[t] : p0 + t): positions max(0, p − W + 1, floor)..p. In the ring (slot
 // pos mod W) for positions before the chunk, or when decode (the new entry already stored in the ring);
 // else entry W + (pos − p0) of the scratch pool. idx [S, W], −1 padded.
 template <int = 0>
-__global__ void window_idx_kernel(int S, int64_t p0, int W, int64_t floor_pos, bool in_ring, int* __restrict__ idx) {
+__global__ void window_idx_kernel(int S, int64_t p0, const int64_t* __restrict__ pos, int W, int64_t floor_pos,
+                                  bool in_ring, int* __restrict__ idx) {
   const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (id >= int64_t(S) * W) return;
   const int t = int(id / W), j = int(id % W);
-  const int64_t p = p0 + t;
+  const int64_t p = pos ? pos[t] : p0 + t;
   int64_t lo = p - W + 1;
   if (lo < 0) lo = 0;
   if (lo < floor_pos) lo = floor_pos;
@@ -413,14 +428,16 @@ __global__ void draft_idx_kernel(int B, int64_t p, int W, int* __restrict__ idx)
 }
 
 // comp[t, k] = lists[t, k] when it is a listed, existing and visible entry (j < floor((p+1)/ratio)), else −1.
+// Per row when pos / nent are set: p = pos[t], entries nent[t] (rows of several sequences).
 template <int = 0>
-__global__ void comp_idx_kernel(const int32_t* __restrict__ lists, int S, int K, int64_t p0, int ratio,
-                                int64_t n_entries, int* __restrict__ comp) {
+__global__ void comp_idx_kernel(const int32_t* __restrict__ lists, int S, int K, int64_t p0, const int64_t* __restrict__ pos,
+                                int ratio, int64_t n_entries, const int64_t* __restrict__ nent, int* __restrict__ comp) {
   const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (id >= int64_t(S) * K) return;
   const int t = int(id / K);
   const int32_t j = lists[id];
-  const bool ok = j >= 0 && j < n_entries && j < (p0 + t + 1) / ratio;
+  const int64_t p = pos ? pos[t] : p0 + t, ne = nent ? nent[t] : n_entries;
+  const bool ok = j >= 0 && j < ne && j < (p + 1) / ratio;
   comp[id] = ok ? j : -1;
 }
 
@@ -441,6 +458,8 @@ __global__ void __launch_bounds__(128) sparse_attn_generic_kernel(const SparseAt
   __shared__ int n_ent;
   const int h = blockIdx.x, row = blockIdx.y, D = p.D;
   const int tot = p.n_win + p.n_comp;
+  const uint8_t* win_pool = p.win_pools ? p.win_pools[row] : p.win_pool;
+  const uint8_t* comp_pool = p.comp_pools ? p.comp_pools[row] : p.comp_pool;
   float* qs = sm;              // [D]
   float* sc = qs + D;          // [tot]
   int* list = reinterpret_cast<int*>(sc + tot);  // [tot]
@@ -469,10 +488,10 @@ __global__ void __launch_bounds__(128) sparse_attn_generic_kernel(const SparseAt
   const int went = D + D / 32, ment = D / 2 + D / 16;
   auto value = [&](int v, int i) -> float {
     if (v >= 0) {
-      const uint8_t* e = p.win_pool + int64_t(v) * went;
+      const uint8_t* e = win_pool + int64_t(v) * went;
       return num::e4m3_to_f32(e[i]) * num::ue8m0_to_f32(e[D + i / 32]);
     }
-    const uint8_t* e = p.comp_pool + int64_t(v & 0x7fffffff) * ment;
+    const uint8_t* e = comp_pool + int64_t(v & 0x7fffffff) * ment;
     const uint8_t byte = e[i / 2];
     return num::e2m1_to_f32((i & 1) ? uint8_t(byte >> 4) : uint8_t(byte & 0xF)) * num::e4m3_to_f32(e[D / 2 + i / 16]);
   };

@@ -865,6 +865,13 @@ class ForwardT {
     DSV41_TRY(sc.get(widx, size_t(S) * W));
     if (role.ratio > 0) DSV41_TRY(sc.get(cidx, size_t(S) * K));
     DSV41_TRY(sc.get(o, size_t(S) * H * D));
+    const bool batch_decode =
+        segs.size() > 1 && std::all_of(segs.begin(), segs.end(), [](const Seg& g) { return g.n == 1; });
+    if (batch_decode) {
+      DSV41_TRY(attention_decode_batch(l, segs, sh, d_pos, kvn, sp, compresses, indexes, q, widx, cidx, o, sc));
+      DSV41_TRY(rope_at(o, S, H, D, rd, w.rope_freqs, d_pos, true, stream_));
+      return output_projection(w, o, S, out, sc);
+    }
     for (size_t i = 0; i < segs.size(); ++i) {
       const Seg& g = segs[i];
       const int r0 = g.row0, n = g.n;
@@ -886,8 +893,8 @@ class ForwardT {
                                                                                                    wpool, W, p0, W, false);
       }
       DSV41_TRY(launch_status("pack window"));
-      mk::window_idx_kernel<<<mk::blocks_for(int64_t(n) * W), mk::kThreads, 0, stream_>>>(n, p0, W, pass.window_floor,
-                                                                                        decode, widx + size_t(r0) * W);
+      mk::window_idx_kernel<<<mk::blocks_for(int64_t(n) * W), mk::kThreads, 0, stream_>>>(
+          n, p0, nullptr, W, pass.window_floor, decode, widx + size_t(r0) * W);
       DSV41_TRY(launch_status("window idx"));
       const uint8_t* cpool = nullptr;
       if (role.ratio > 0) {
@@ -902,7 +909,7 @@ class ForwardT {
           return error(Code::internal, "CUDA forward: layer " + std::to_string(l) + " has no top-k list");
         const int32_t* lists = sh.lists[role.index_source] + size_t(r0) * K;
         mk::comp_idx_kernel<<<mk::blocks_for(int64_t(n) * K), mk::kThreads, 0, stream_>>>(
-            lists, n, K, p0, role.ratio, src.n_entries, cidx + size_t(r0) * K);
+            lists, n, K, p0, nullptr, role.ratio, src.n_entries, nullptr, cidx + size_t(r0) * K);
         DSV41_TRY(launch_status("comp idx"));
         cpool = src.comp;
       }
@@ -930,6 +937,69 @@ class ForwardT {
     }
     DSV41_TRY(rope_at(o, S, H, D, rd, w.rope_freqs, d_pos, true, stream_));
     return output_projection(w, o, S, out, sc);
+  }
+
+  // Attention of a decode batch (one row per sequence): the compressor and the indexer run per sequence (they
+  // append to and scan each sequence's own caches); window entries, entry lists and attention run once over
+  // all rows, each row reaching its sequence's ring and compressed entries through a pointer table.
+  Status attention_decode_batch(int l, std::span<const Seg> segs, Shared& sh, const int64_t* d_pos, const bf16_t* kvn,
+                                const SideProj& sp, bool compresses, bool indexes, const bf16_t* q, int* widx, int* cidx,
+                                bf16_t* o, Scratch& sc) const {
+    const LayerRole& role = sched_[l];
+    const DLayer& w = layers_[l];
+    const int H = s_.num_attention_heads, D = s_.head_dim, W = s_.sliding_window, K = s_.index_topk;
+    const int S = int(segs.size());
+    for (size_t i = 0; i < segs.size() && role.ratio > 0 && (compresses || indexes); ++i) {
+      const Seg& g = segs[i];
+      Scratch ss(pool_, stream_);
+      if (compresses) DSV41_TRY(compress(l, *g.st, sp, g.row0, 1, ss));
+      if (indexes)
+        DSV41_TRY(index_select(l, g.st->layers[role.kv_source], sh.cand[i], *sh.fs, sp, g.row0, 1, g.p0, nullptr,
+                               sh.lists[l] + size_t(g.row0) * K, ss));
+    }
+    // Pointer table (after the compressor: entry counts include this step's): rings | comp pools | entry counts.
+    std::vector<uint64_t> table(size_t(S) * 3);
+    for (const Seg& g : segs) {
+      table[size_t(g.row0)] = reinterpret_cast<uint64_t>(g.st->layers[l].ring);
+      if (role.ratio > 0) {
+        const DeviceLayerState& src = g.st->layers[role.kv_source];
+        table[size_t(S) + g.row0] = reinterpret_cast<uint64_t>(src.comp);
+        table[size_t(2 * S) + g.row0] = uint64_t(src.n_entries);
+      }
+    }
+    uint64_t* d_table = nullptr;
+    DSV41_TRY(sc.get(d_table, table.size()));
+    DSV41_TRY(put_bytes(table.data(), table.size() * 8, d_table));
+    auto* rings = reinterpret_cast<uint8_t* const*>(d_table);
+    mk::pack_window_rows_kernel<<<mk::blocks_for(int64_t(S) * (D / 32)), mk::kThreads, 0, stream_>>>(kvn, S, D, rings,
+                                                                                                    d_pos, W);
+    DSV41_TRY(launch_status("pack window rows"));
+    mk::window_idx_kernel<<<mk::blocks_for(int64_t(S) * W), mk::kThreads, 0, stream_>>>(S, 0, d_pos, W, 0, true, widx);
+    DSV41_TRY(launch_status("window idx"));
+    if (role.ratio > 0) {
+      const int32_t* lists = sh.lists[role.index_source];
+      if (!lists) return error(Code::internal, "CUDA forward: layer " + std::to_string(l) + " has no top-k list");
+      mk::comp_idx_kernel<<<mk::blocks_for(int64_t(S) * K), mk::kThreads, 0, stream_>>>(
+          lists, S, K, 0, d_pos, role.ratio, 0, reinterpret_cast<const int64_t*>(d_table + 2 * S), cidx);
+      DSV41_TRY(launch_status("comp idx"));
+    }
+    SparseAttnParams ap;
+    ap.q = q;
+    ap.win_pools = reinterpret_cast<const uint8_t* const*>(d_table);
+    ap.win_idx = widx;
+    ap.n_win = W;
+    if (role.ratio > 0) {
+      ap.comp_pools = reinterpret_cast<const uint8_t* const*>(d_table + S);
+      ap.comp_idx = cidx;
+      ap.n_comp = K;
+    }
+    ap.sink = w.attn_sink;
+    ap.scale = float(std::pow(double(D), -0.5));
+    ap.R = S;
+    ap.H = H;
+    ap.D = D;
+    ap.out = o;
+    return sparse_attention_any(ap, stream_);
   }
 
   // u_g = o_g · wo_a_gᵀ (BF16, no activation quant), then wo_b (FP8).
