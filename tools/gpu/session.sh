@@ -14,8 +14,8 @@ t0=$(date +%s)
 BUILD_ONLY=1 bash tools/gpu/golden.sh > "$OUT/build_golden.log" 2>&1 & bg1=$!
 BUILD_ONLY=1 bash tools/gpu/layer_stack.sh > "$OUT/build_stack.log" 2>&1 & bg2=$!
 fail=0
-echo "== GPU tests ([cuda_api], [model])"
-.devlibs/dsv41_gpu_tests "[cuda_api],[model]" --durations yes 2>&1 | tee "$OUT/gpu_tests.log" | tail -60 || fail=1
+echo "== GPU tests ([cuda_api], [model], [candidates])"
+.devlibs/dsv41_gpu_tests "[cuda_api],[model],[candidates]" --durations yes 2>&1 | tee "$OUT/gpu_tests.log" | tail -60 || fail=1
 wait $bg1 || { echo "golden build failed"; tail -20 "$OUT/build_golden.log"; fail=1; }
 wait $bg2 || { echo "bench build failed"; tail -20 "$OUT/build_stack.log"; fail=1; }
 echo "== builds: $(cat "$OUT"/build_*.log | grep -h 'built in' | tr '\n' ' ') (wall $(( $(date +%s) - t0 )) s so far)"

@@ -127,7 +127,8 @@ class Forward {
   // SPEC §5 Encoder SWA Bounded Replay: rebuilds every layer's window (and the DSpark rings) from the
   // last tokens after the rings were dropped, reusing the stored global KV; positions do not advance.
   // `recent` holds the sequence's last tokens, at least min(pos, W + N − 1) of them (N: Engram n-gram).
-  Status replay_window(SequenceState& st, std::span<const int32_t> recent, ForwardResult& res) const {
+  Status replay_window(SequenceState& st, std::span<const int32_t> recent, ForwardResult& res,
+                       const ForwardHooks* hooks = nullptr) const {
     const int W = s_.sliding_window, N1 = std::max(s_.engram_max_ngram_size - 1, 0);
     const int64_t need = std::min<int64_t>(st.pos, W + N1);
     if (int64_t(recent.size()) < need || int64_t(recent.size()) > st.pos)
@@ -139,14 +140,14 @@ class Forward {
     DSV41_TRY(check_input(st, rows, st.pos));
     Rows r;
     std::vector<int32_t> hist(before.begin(), before.end());
-    DSV41_TRY(start_rows(st, rows, hist, st.pos - S, nullptr, r));
+    DSV41_TRY(start_rows(st, rows, hist, st.pos - S, hooks, r));
     res.taps.assign(size_t(S) * n_taps() * s_.hidden_size, 0.f);
     ForwardShared sh;
     sh.lists.resize(sched_.size());
     Pass replay;
     replay.window_floor = r.p0;
     replay.compress = false;
-    run_layers(0, s_.num_hidden_layers, st, sh, r, res.taps.data(), nullptr, replay);
+    run_layers(0, s_.num_hidden_layers, st, sh, r, res.taps.data(), hooks, replay);
     res.logits.assign(size_t(s_.vocab_size), 0.f);
     head(r.H.data(), r.pre.data(), S - 1, S, res.logits.data());
     if (s_.n_dspark() > 0) seed_dspark(st, res.taps.data(), S, r.p0);

@@ -596,6 +596,86 @@ __global__ void candidate_kernel(const float* __restrict__ scores, int n, const 
 }
 
 // Reindex layers above the candidate source: scores outside the mask (or past its row's length) → −inf.
+// Float → unsigned key with the same order (−inf lowest, +inf highest; no NaN here).
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t b = __float_as_uint(f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// candidate_kernel's choice, one CTA per row: the k-th largest block score by a 4-pass radix select; when
+// the scores tied with it all fit (or it is −inf, whose blocks are dropped anyway) the chosen set is exact
+// without knowing libstdc++'s order, else one thread runs the serial introselect (stdsel) on the row.
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) candidate_fast_kernel(const float* __restrict__ scores, int n,
+                                                                 const int* __restrict__ vis, int topk_blocks, int blk,
+                                                                 stdsel::Pair* __restrict__ work, int nbmax,
+                                                                 uint8_t* __restrict__ sel) {
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t sh_prefix;
+  __shared__ int sh_k, sh_gt, sh_eq;
+  const int t = blockIdx.x, tid = threadIdx.x;
+  const int nv = vis[t];
+  const float* s = scores + int64_t(t) * n;
+  stdsel::Pair* q = work + int64_t(t) * nbmax;
+  uint8_t* o = sel + int64_t(t) * nbmax;
+  for (int b = tid; b < nbmax; b += THREADS) o[b] = 0;
+  if (nv <= 0) return;
+  const int nb = (nv + blk - 1) / blk;
+  for (int b = tid; b < nb; b += THREADS) {
+    float m = -INFINITY;
+    const int e = (b + 1) * blk < nv ? (b + 1) * blk : nv;
+    for (int j = b * blk; j < e; ++j) m = (m < s[j]) ? s[j] : m;  // std::max(m, s[j])
+    q[b] = {b == (nv - 1) / blk ? INFINITY : m, b};
+  }
+  const int k = topk_blocks < nb ? topk_blocks : nb;
+  if (k <= 0) return;
+  __syncthreads();
+  uint32_t prefix = 0, mask = 0;
+  int krem = k;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = tid; i < 256; i += THREADS) hist[i] = 0;
+    __syncthreads();
+    for (int b = tid; b < nb; b += THREADS) {
+      const uint32_t key = order_key(q[b].first);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      int acc = 0, dg = 255;
+      for (; dg > 0; --dg) {
+        if (acc + int(hist[dg]) >= krem) break;
+        acc += int(hist[dg]);
+      }
+      sh_prefix = prefix | (uint32_t(dg) << shift);
+      sh_k = krem - acc;
+      sh_gt = 0;
+      sh_eq = 0;
+    }
+    __syncthreads();
+    prefix = sh_prefix;
+    krem = sh_k;
+    mask |= 255u << shift;
+    __syncthreads();
+  }
+  int gt = 0, eq = 0;
+  for (int b = tid; b < nb; b += THREADS) {
+    const uint32_t key = order_key(q[b].first);
+    gt += key > prefix;
+    eq += key == prefix;
+  }
+  atomicAdd(&sh_gt, gt);
+  atomicAdd(&sh_eq, eq);
+  __syncthreads();
+  if (sh_gt + sh_eq == k || prefix == order_key(-INFINITY)) {
+    for (int b = tid; b < nb; b += THREADS)
+      if (order_key(q[b].first) >= prefix && q[b].first > -INFINITY) o[b] = 1;
+  } else if (tid == 0) {  // ties straddle the k-th place: the serial order decides which of them are in
+    const int kk = stdsel::select_blocks(q, nb, topk_blocks);
+    for (int i = 0; i < kk; ++i)
+      if (q[i].first > -INFINITY) o[q[i].second] = 1;
+  }
+}
+
 template <int = 0>
 __global__ void apply_candidates_kernel(float* __restrict__ scores, int S, int n, const int* __restrict__ vis,
                                         const uint8_t* __restrict__ sel, const int* __restrict__ cand_vis, int nbmax,

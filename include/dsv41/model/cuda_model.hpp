@@ -16,6 +16,7 @@
 #include <dsv41/model/gpu/host_bridge.hpp>
 #include <dsv41/model/gpu/sequence.hpp>
 #include <dsv41/model/gpu/snapshot.hpp>
+#include <dsv41/model/gpu/state_transfer.hpp>
 #include <dsv41/model/model.hpp>
 
 namespace dsv41 {
@@ -149,11 +150,12 @@ class Model<Config, Cuda> {
   }
 
   // SPEC §5 Encoder SWA Bounded Replay after the window rings were lost (see Model<C, Cpu>::replay_window).
-  Status replay_window(State& st, std::span<const int32_t> recent, std::vector<float>* last_logits = nullptr) const {
+  Status replay_window(State& st, std::span<const int32_t> recent, std::vector<float>* last_logits = nullptr,
+                       const ForwardHooks* hooks = nullptr) const {
     const size_t V = size_t(shape_.vocab_size);
     gpu::StreamBlock logits;
     DSV41_TRY(logits.alloc(V * 4, stream()));
-    DSV41_TRY(fwd_->replay_window(st, recent, last_logits ? reinterpret_cast<float*>(logits.data()) : nullptr));
+    DSV41_TRY(fwd_->replay_window(st, recent, last_logits ? reinterpret_cast<float*>(logits.data()) : nullptr, hooks));
     if (last_logits) {
       last_logits->resize(V);
       DSV41_CUDA_TRY(cudaMemcpyAsync(last_logits->data(), logits.data(), V * 4, cudaMemcpyDeviceToHost, stream()), "logits");

@@ -233,9 +233,10 @@ class Model {
 
   // SPEC §5 Encoder SWA Bounded Replay: after the window rings were dropped (SequenceState::drop_windows),
   // rebuilds them from the sequence's last tokens and the stored global KV. last_logits: the last row.
-  Status replay_window(SequenceState& st, std::span<const int32_t> recent, std::vector<float>* last_logits = nullptr) const {
+  Status replay_window(SequenceState& st, std::span<const int32_t> recent, std::vector<float>* last_logits = nullptr,
+                       const ForwardHooks* hooks = nullptr) const {
     cpu::ForwardResult r;
-    DSV41_TRY(fwd_->replay_window(st, recent, r));
+    DSV41_TRY(fwd_->replay_window(st, recent, r, hooks));
     if (last_logits) *last_logits = std::move(r.logits);
     return Status::Ok();
   }

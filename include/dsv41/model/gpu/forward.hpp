@@ -126,7 +126,8 @@ class ForwardT {
   // SPEC §5 Encoder SWA Bounded Replay: rebuilds every window ring (and the DSpark rings) of a sequence whose
   // rings were dropped, from its last tokens and the stored global KV; positions do not advance. recent: the
   // sequence's last tokens, at least min(pos, W + N − 1). d_logits: device [V] of the last row (or nullptr).
-  Status replay_window(DeviceSequence& st, std::span<const int32_t> recent, float* d_logits) const {
+  Status replay_window(DeviceSequence& st, std::span<const int32_t> recent, float* d_logits,
+                       const ForwardHooks* hooks = nullptr) const {
     const int W = s_.sliding_window, N1 = std::max(s_.engram_max_ngram_size - 1, 0);
     const int64_t need = std::min<int64_t>(st.pos, W + N1);
     if (int64_t(recent.size()) < need || int64_t(recent.size()) > st.pos)
@@ -148,7 +149,9 @@ class ForwardT {
     replay.window_floor = pos - S;
     replay.compress = false;
     replay.advance = false;
-    Status r = run(std::span<const Seg>(&g, 1), rows, cpu::ForwardOptions{}, d_logits, replay);
+    cpu::ForwardOptions fo;
+    fo.hooks = hooks;
+    Status r = run(std::span<const Seg>(&g, 1), rows, fo, d_logits, replay);
     st.history = std::move(hist);
     return r;
   }
@@ -1156,8 +1159,8 @@ class ForwardT {
       DSV41_CUDA_TRY(cudaMemcpyAsync(cand.vis, vis, size_t(n) * 4, cudaMemcpyDeviceToDevice, stream_), "cand vis");
       cand.nb = nb;
       cand.has = true;
-      mk::candidate_kernel<<<mk::blocks_for(n, 64), 64, 0, stream_>>>(scores, ne, vis, n, s_.candidate_topk_blocks, blk,
-                                                                      work, nb, cand.sel);
+      mk::candidate_fast_kernel<256><<<n, 256, 0, stream_>>>(scores, ne, vis, s_.candidate_topk_blocks, blk, work, nb,
+                                                              cand.sel);
       DSV41_TRY(launch_status("candidates"));
     } else if (role.candidate_source) {
       cand.has = false;  // no visible entries: every row's mask is empty
