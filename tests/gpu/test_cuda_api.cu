@@ -14,6 +14,7 @@
 #include <dsv41/model/generate.hpp>
 #include <dsv41/model/golden.hpp>
 #include <dsv41/model/model.hpp>
+#include <dsv41/text/text_model.hpp>
 #include <dsv41/text/tokenizer.hpp>
 
 #include "../../tools/gpu/cpu_golden.hpp"
@@ -448,4 +449,40 @@ TEST_CASE("CUDA bounded replay and window replay meet the CPU unit by unit", "[g
     std::printf("window replay, GPU vs CPU with the CPU's unit inputs:\n");
     u.check(L);
   }
+}
+
+// Text in, text out on the GPU: TextModel over Model<Config, Cuda> streams what it returns; speculative greedy
+// returns plain greedy's text.
+TEST_CASE("CUDA TextModel completes a chat prompt", "[gpu][cuda_api]") {
+  auto g = GModel::load(kPy);
+  REQUIRE(g.ok());
+  auto tok = text::Tokenizer::from_json_file(kPy + "/tokenizer.json");
+  REQUIRE(tok.ok());
+  auto lm = text::TextModel<GModel>::make(**g, std::move(*tok));
+  REQUIRE(lm.ok());
+  nlohmann::ordered_json req = {{"messages", {{{"role", "user"}, {"content", "Write a Python function."}}}},
+                                {"thinking_mode", "chat"}};
+  auto prompt_text = lm->render(req);
+  REQUIRE(prompt_text.ok());
+  text::TextOptions o;
+  o.max_tokens = 32;
+  std::string streamed;
+  o.ctx = &streamed;
+  o.on_text = [](void* c, int32_t, std::string_view piece) {
+    static_cast<std::string*>(c)->append(piece);
+    return true;
+  };
+  auto plain = lm->complete(*prompt_text, o);
+  REQUIRE(plain.ok());
+  CHECK(plain->completion_tokens > 0);
+  CHECK(streamed == plain->text);
+  o.speculative = true;
+  streamed.clear();
+  auto spec = lm->complete(*prompt_text, o);
+  REQUIRE(spec.ok());
+  CHECK(spec->ids == plain->ids);
+  CHECK(spec->text == plain->text);
+  CHECK(spec->spec_steps > 0);
+  std::printf("GPU completion (%lld tokens, %lld drafts accepted of %lld): %s\n", (long long)spec->completion_tokens,
+              (long long)spec->accepted, (long long)spec->drafted, spec->text.c_str());
 }

@@ -138,6 +138,17 @@ inline Result<EngramSetup> load_engram(const std::string& dir, const ModelShape&
 }  // namespace detail
 
 template <class Config = configs::Dynamic, class Backend = Cpu>
+class Model;
+
+// A new sequence from either backend, as a Result: the CPU's cannot fail, the GPU's allocates device memory.
+template <class M>
+Result<typename M::State> new_sequence_of(const M& m, int64_t max_positions) {
+  auto s = m.new_sequence(max_positions);
+  if constexpr (std::is_same_v<decltype(s), typename M::State>) return Result<typename M::State>(std::move(s));
+  else return s;
+}
+
+template <class Config, class Backend>
 class Model {
   static_assert(std::is_same_v<Backend, Cpu>, "Model<Config, Cuda> needs <dsv41/model/cuda_model.hpp> (nvcc)");
 

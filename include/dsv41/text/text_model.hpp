@@ -81,7 +81,9 @@ class TextModel {
       return error(Code::out_of_range, "prompt of " + std::to_string(ids.size()) + " tokens exceeds the context of " +
                                            std::to_string(limit));
     const int64_t cap = std::min<int64_t>(limit, int64_t(ids.size()) + o.max_tokens + s.dspark_block_size + 2);
-    SequenceState st = model_->new_sequence(cap);
+    auto made = new_sequence_of(*model_, cap);
+    if (!made.ok()) return made.status();
+    auto& st = *made;
     Stream stream{this, &o, tok_.stream_decoder(), {}, 0, false, false};
     for (const auto& st_str : o.stop)
       if (st_str.empty()) return error(Code::invalid_argument, "empty stop string");
