@@ -1,4 +1,6 @@
 // dsv41 generate (one completion of raw text) and dsv41 chat (interactive, streaming).
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -60,13 +62,15 @@ int run_generate(void* p) {
     fmt::print(stderr, "error: {}\n", l.status().to_string());
     return 1;
   }
-  const auto& tm = *l->text;
+  const auto& tm = **l;
   std::string prompt = o.prompt;
   if (!o.no_bos && prompt.rfind(tm.chat_tokens().bos, 0) != 0) prompt = tm.chat_tokens().bos + prompt;
   auto opt = o.sampling.options();
   opt.on_text = print_piece;
   std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
+  const auto t0 = std::chrono::steady_clock::now();
   auto r = tm.complete(prompt, opt);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("\n");
   if (!r.ok()) {
     fmt::print(stderr, "error: {}\n", r.status().to_string());
@@ -75,7 +79,7 @@ int run_generate(void* p) {
   fmt::print(stderr, "[{} prompt tokens, {} generated, finish: {}", r->prompt_tokens, r->completion_tokens,
              text::text_finish_name(r->finish));
   if (r->spec_steps > 0) fmt::print(stderr, ", {:.2f} drafts accepted per verify step", double(r->accepted) / r->spec_steps);
-  fmt::print(stderr, "]\n");
+  fmt::print(stderr, ", {:.2f} s, {:.1f} tokens/s with prefill]\n", secs, double(r->completion_tokens) / std::max(secs, 1e-9));
   return 0;
 }
 
@@ -93,7 +97,7 @@ int run_chat(void* p) {
     fmt::print(stderr, "error: {}\n", l.status().to_string());
     return 1;
   }
-  const auto& tm = *l->text;
+  const auto& tm = **l;
   nlohmann::ordered_json req = {{"messages", nlohmann::ordered_json::array()}, {"thinking_mode", o.mode}};
   if (o.mode == "thinking") req["reasoning_effort"] = o.effort;
   if (!o.system.empty()) req["messages"].push_back({{"role", "system"}, {"content", o.system}});
@@ -133,6 +137,7 @@ Command add_generate(CLI::App& app) {
   auto* sub = app.add_subcommand("generate", "Continue a text prompt");
   sub->add_option("--model", o->load.model_dir, "model directory")->required();
   sub->add_option("--tokenizer", o->load.tokenizer, "tokenizer.json (default MODEL/tokenizer.json)");
+  sub->add_option("--device", o->load.device, "cpu (reference) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--prompt", o->prompt, "prompt text")->required();
   sub->add_flag("--no-bos", o->no_bos, "do not prepend the BOS token");
   o->sampling.add(sub);
@@ -144,6 +149,7 @@ Command add_chat(CLI::App& app) {
   auto* sub = app.add_subcommand("chat", "Interactive chat in the V4.1 prompt format, streaming");
   sub->add_option("--model", o->load.model_dir, "model directory")->required();
   sub->add_option("--tokenizer", o->load.tokenizer, "tokenizer.json (default MODEL/tokenizer.json)");
+  sub->add_option("--device", o->load.device, "cpu (reference) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--mode", o->mode, "chat or thinking")->check(CLI::IsMember({"chat", "thinking"}));
   sub->add_option("--reasoning-effort", o->effort, "low, high, max or 1-100");
   sub->add_option("--system", o->system, "system prompt");

@@ -36,25 +36,20 @@ int run_perplexity(void* p) {
     fmt::print(stderr, "error: {}\n", l.status().to_string());
     return 1;
   }
-  const auto& m = *l->model;
-  const auto& tm = *l->text;
+  const auto& tm = **l;
   std::vector<int32_t> ids = {*tm.tokenizer().token_to_id(tm.chat_tokens().bos)};
   const auto body = tm.tokenizer().encode(text, /*allow_special=*/false);
   ids.insert(ids.end(), body.begin(), body.end());
-  const int V = m.shape().vocab_size;
-  const int ctx = std::max(2, std::min<int>(o.context, int(std::min<int64_t>(m.shape().max_position_embeddings, 1 << 30))));
+  const int V = tm.shape().vocab_size;
+  const int ctx = std::max(2, std::min<int>(o.context, int(std::min<int64_t>(tm.shape().max_position_embeddings, 1 << 30))));
   double nll = 0;
   int64_t count = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t start = 0; start + 1 < ids.size(); start += size_t(ctx)) {
     const size_t n = std::min(size_t(ctx), ids.size() - start);
     if (n < 2) break;
-    SequenceState st = m.new_sequence(int64_t(n));
     cpu::ForwardResult r;
-    cpu::ForwardOptions fo;
-    fo.all_logits = true;
-    fo.bounded_replay = o.bounded_replay;
-    Status s = m.forward(st, std::span<const int32_t>(ids.data() + start, n), r, fo);
+    Status s = tm.score(std::span<const int32_t>(ids.data() + start, n), o.bounded_replay, r.logits);
     if (!s.ok()) {
       fmt::print(stderr, "error: {}\n", s.to_string());
       return 1;
@@ -87,6 +82,7 @@ Command add_perplexity(CLI::App& app) {
   auto* sub = app.add_subcommand("perplexity", "Perplexity of a UTF-8 text file under the model");
   sub->add_option("--model", o->load.model_dir, "model directory")->required();
   sub->add_option("--tokenizer", o->load.tokenizer, "tokenizer.json (default MODEL/tokenizer.json)");
+  sub->add_option("--device", o->load.device, "cpu (reference) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--text", o->text_file, "UTF-8 text file")->required();
   sub->add_option("--context", o->context, "tokens per window")->check(CLI::Range(2, 1 << 30));
   sub->add_flag("--bounded-replay", o->bounded_replay, "score only each window's last W tokens via decoder bounded replay");

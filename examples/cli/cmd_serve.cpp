@@ -145,7 +145,7 @@ struct Server {
   ServeOpts opt;
   std::atomic<bool> ready{false};
   std::string load_error;
-  Loaded loaded;
+  std::unique_ptr<TextEngine> loaded;
   std::mutex gen;  // one generation at a time
   std::atomic<uint64_t> counter{0};
   httplib::Server http;
@@ -197,7 +197,7 @@ struct Server {
         j["chat_template_kwargs"].contains("thinking"))
       mode = j["chat_template_kwargs"].value("thinking", false) ? "thinking" : "chat";
     render["thinking_mode"] = mode;
-    auto prompt = loaded.text->render(render);
+    auto prompt = loaded->render(render);
     if (!prompt.ok()) throw from_status(prompt.status());
     text::TextOptions o = sampling_of(j, 1024, opt.max_tokens_cap);
     const bool stream = want_stream(j);
@@ -206,7 +206,7 @@ struct Server {
     const int64_t created = now();
     // Runs after this handler returned when streaming: capture by value only.
     auto finish_of = [this, thinking](const text::TextResult& r, text::ParsedMessage* msg) {
-      const auto& toks = loaded.text->chat_tokens();
+      const auto& toks = loaded->chat_tokens();
       auto pm = text::parse_completion(r.text + (r.finish == text::TextFinish::stop ? toks.eos : ""),
                                        thinking ? text::Mode::thinking : text::Mode::chat, toks);
       std::string fr = r.finish == text::TextFinish::stop ? "stop" : "length";
@@ -222,7 +222,7 @@ struct Server {
     };
     if (!stream) {
       std::lock_guard<std::mutex> lock(gen);
-      auto r = loaded.text->complete(*prompt, o);
+      auto r = loaded->complete(*prompt, o);
       if (!r.ok()) throw from_status(r.status());
       text::ParsedMessage msg;
       const std::string fr = finish_of(*r, &msg);
@@ -248,7 +248,7 @@ struct Server {
       struct Ctx {
         ChatSplitter split;
         std::function<bool(const ojson&, const ojson&)> emit;
-      } ctx{ChatSplitter(thinking, loaded.text->chat_tokens()), nullptr};
+      } ctx{ChatSplitter(thinking, loaded->chat_tokens()), nullptr};
       ctx.emit = [&](const ojson& delta, const ojson& finish) { return write(sse(chunk(delta, finish))); };
       if (!ctx.emit({{"role", "assistant"}, {"content", ""}}, nullptr)) return false;
       o.ctx = &ctx;
@@ -261,7 +261,7 @@ struct Server {
         return true;
       };
       std::lock_guard<std::mutex> lock(gen);
-      auto r = loaded.text->complete(prompt, o);
+      auto r = loaded->complete(prompt, o);
       if (!r.ok()) {
         write(sse(error_body(r.status().message(), "invalid_request_error")));
         sink.done();
@@ -299,7 +299,7 @@ struct Server {
       prompt = j["prompt"][0].get<std::string>();
     else throw BadRequest{400, "prompt must be a string", ""};
     if (prompt.empty()) throw BadRequest{400, "prompt is empty", ""};
-    const auto& toks = loaded.text->chat_tokens();
+    const auto& toks = loaded->chat_tokens();
     if (prompt.rfind(toks.bos, 0) != 0) prompt = toks.bos + prompt;
     text::TextOptions o = sampling_of(j, 16, opt.max_tokens_cap);
     const std::string id = next_id("cmpl-"), model = opt.name;
@@ -310,7 +310,7 @@ struct Server {
     };
     if (!want_stream(j)) {
       std::lock_guard<std::mutex> lock(gen);
-      auto r = loaded.text->complete(prompt, o);
+      auto r = loaded->complete(prompt, o);
       if (!r.ok()) throw from_status(r.status());
       ojson b = body_of(r->text, text::text_finish_name(r->finish));
       b["usage"] = usage(*r);
@@ -330,7 +330,7 @@ struct Server {
         return x.sink->write(s.data(), s.size());
       };
       std::lock_guard<std::mutex> lock(gen);
-      auto r = loaded.text->complete(prompt, o);
+      auto r = loaded->complete(prompt, o);
       if (!r.ok() || r->finish == text::TextFinish::cancelled) {
         if (!r.ok()) {
           const std::string s = sse(error_body(r.status().message(), "invalid_request_error"));
@@ -413,6 +413,7 @@ Command add_serve(CLI::App& app) {
   auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   sub->add_option("--model", o->load.model_dir, "model directory")->required();
   sub->add_option("--tokenizer", o->load.tokenizer, "tokenizer.json (default MODEL/tokenizer.json)");
+  sub->add_option("--device", o->load.device, "cpu (reference) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--host", o->host, "address to listen on");
   sub->add_option("--port", o->port, "port")->check(CLI::Range(1, 65535));
   sub->add_option("--model-name", o->name, "name reported by /v1/models (default: the directory name)");

@@ -9,27 +9,9 @@
 # table is also written to $OUT/layer_stack.md. Needs ~92 GB of device memory and ~2 GB of host memory.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-B=build/gpu
-mkdir -p "$B"
-NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-INC="-Iinclude"
-[[ -d .devdeps/include ]] && INC="$INC -I.devdeps/include"
-LIB=/usr/lib/x86_64-linux-gnu/libutf8proc.a
-[[ -f $LIB ]] || LIB=.devdeps/lib/libutf8proc.a
-NVFLAGS="-std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -O3 $INC"
-SRC=bench/bench_layer_stack.cu
-DEPS=$($NVCC -std=c++20 --expt-relaxed-constexpr $INC -M $SRC 2>/dev/null | tr -d '\\' | tr ' ' '\n' |
-       grep -E '^(include|bench)/' | sort -u)
-STAMP=$(cat $DEPS | sha256sum | cut -c1-16)
-if [[ -x $B/bench_layer_stack && "$(cat $B/bench_layer_stack.stamp 2>/dev/null)" == "$STAMP" ]]; then
-  echo "bench_layer_stack: reusing $B/bench_layer_stack (stamp $STAMP)"
-else
-  t0=$(date +%s)
-  $NVCC $NVFLAGS $SRC $LIB -o $B/bench_layer_stack
-  echo "$STAMP" > $B/bench_layer_stack.stamp
-  echo "bench_layer_stack: built in $(( $(date +%s) - t0 )) s"
-fi
+source tools/gpu/build_tool.sh
+build_tool bench/bench_layer_stack.cu bench_layer_stack
+[[ -n "${BUILD_ONLY:-}" ]] && exit 0
 ARGS=("$@")
 [[ -n "${OUT:-}" ]] && ARGS+=(--out "$OUT/layer_stack.md")
-[[ -n "${BUILD_ONLY:-}" ]] && exit 0
-exec $B/bench_layer_stack "${ARGS[@]}"
+exec build/gpu/bench_layer_stack "${ARGS[@]}"

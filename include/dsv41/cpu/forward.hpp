@@ -46,6 +46,25 @@ struct ForwardOptions {
   const ForwardHooks* hooks = nullptr;
 };
 
+// SPEC §5 window replay of a sequence at `pos` from its last tokens `recent` (at least min(pos, W + N − 1)):
+// the rows to run (the last min(W, pos)) and the Engram history before them (at most N − 1 ids).
+struct ReplaySplit {
+  int S = 0;
+  std::span<const int32_t> rows, before;
+};
+inline Result<ReplaySplit> split_replay(const ModelShape& s, int64_t pos, std::span<const int32_t> recent) {
+  const int W = s.sliding_window, N1 = std::max(s.engram_max_ngram_size - 1, 0);
+  const int64_t need = std::min<int64_t>(pos, W + N1);
+  if (int64_t(recent.size()) < need || int64_t(recent.size()) > pos)
+    return error(Code::invalid_argument, "replay_window: pass the last " + std::to_string(need) + " tokens of the sequence");
+  ReplaySplit r;
+  r.S = int(std::min<int64_t>(W, pos));
+  r.rows = recent.subspan(recent.size() - size_t(r.S));
+  r.before = recent.subspan(0, recent.size() - size_t(r.S));
+  if (r.before.size() > size_t(N1)) r.before = r.before.subspan(r.before.size() - size_t(N1));
+  return r;
+}
+
 class Forward {
  public:
   Forward(const ModelShape& s, const Weights& w, std::vector<int32_t> token_map, engram::HashPlan plan)
@@ -129,14 +148,9 @@ class Forward {
   // `recent` holds the sequence's last tokens, at least min(pos, W + N − 1) of them (N: Engram n-gram).
   Status replay_window(SequenceState& st, std::span<const int32_t> recent, ForwardResult& res,
                        const ForwardHooks* hooks = nullptr) const {
-    const int W = s_.sliding_window, N1 = std::max(s_.engram_max_ngram_size - 1, 0);
-    const int64_t need = std::min<int64_t>(st.pos, W + N1);
-    if (int64_t(recent.size()) < need || int64_t(recent.size()) > st.pos)
-      return error(Code::invalid_argument, "replay_window: pass the last " + std::to_string(need) + " tokens of the sequence");
-    const int S = int(std::min<int64_t>(W, st.pos));
-    auto rows = recent.subspan(recent.size() - size_t(S));
-    auto before = recent.subspan(0, recent.size() - size_t(S));
-    if (before.size() > size_t(N1)) before = before.subspan(before.size() - size_t(N1));
+    auto split = split_replay(s_, st.pos, recent);
+    if (!split.ok()) return split.status();
+    const auto [S, rows, before] = *split;
     DSV41_TRY(check_input(st, rows, st.pos));
     Rows r;
     std::vector<int32_t> hist(before.begin(), before.end());

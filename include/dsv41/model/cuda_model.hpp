@@ -84,13 +84,7 @@ class Model<Config, Cuda> {
   // chunk when on_chunk is set (so the callback sees finished work), else one at the end.
   Status prefill(State& st, std::span<const int32_t> ids, std::vector<float>* last_logits = nullptr,
                  const PrefillOptions& opt = {}) const {
-    if (ids.empty()) return error(Code::invalid_argument, "prefill: empty prompt");
-    if (st.pos + int64_t(ids.size()) > st.max_positions)
-      return error(Code::out_of_range, "prefill: prompt of " + std::to_string(ids.size()) + " tokens does not fit the " +
-                                           std::to_string(st.max_positions - st.pos) + " positions left");
-    for (int32_t id : ids)
-      if (id < 0 || id >= shape_.vocab_size)
-        return error(Code::invalid_argument, "prefill: token id " + std::to_string(id) + " outside the vocabulary");
+    DSV41_TRY(detail::check_prompt(shape_, st.pos, st.max_positions, ids));
     const size_t chunk = opt.chunk > 0 ? size_t(opt.chunk) : ids.size();
     const int V = shape_.vocab_size;
     gpu::StreamBlock logits;

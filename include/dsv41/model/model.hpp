@@ -77,6 +77,18 @@ inline Status compare_shapes(const ModelShape& got, const ModelShape& want) {
   return error(Code::mismatch, "config.json does not match the compiled configuration:\n" + e);
 }
 
+// A prompt for prefill: not empty, ids in the vocabulary, fits the positions left.
+inline Status check_prompt(const ModelShape& s, int64_t pos, int64_t max_positions, std::span<const int32_t> ids) {
+  if (ids.empty()) return error(Code::invalid_argument, "prefill: empty prompt");
+  if (pos + int64_t(ids.size()) > max_positions)
+    return error(Code::out_of_range, "prefill: prompt of " + std::to_string(ids.size()) + " tokens does not fit the " +
+                                         std::to_string(max_positions - pos) + " positions left");
+  for (int32_t id : ids)
+    if (id < 0 || id >= s.vocab_size)
+      return error(Code::invalid_argument, "prefill: token id " + std::to_string(id) + " outside the vocabulary");
+  return Status::Ok();
+}
+
 // The Engram token map: engram_token_map.safetensors when present, else built from tokenizer.json
 // (SPEC §4.8) and checked against engram_compressed_vocab_size. Embedding rows past the tokenizer's
 // tokens (which the reference's map has no row for) take the Engram pad token's compressed id.
@@ -199,13 +211,7 @@ class Model {
   // Prefill in chunks (any split gives the same result as one chunk); last_logits gets the last row.
   Status prefill(SequenceState& st, std::span<const int32_t> ids, std::vector<float>* last_logits = nullptr,
                  const PrefillOptions& opt = {}) const {
-    if (ids.empty()) return error(Code::invalid_argument, "prefill: empty prompt");
-    if (st.pos + int64_t(ids.size()) > st.max_positions)
-      return error(Code::out_of_range, "prefill: prompt of " + std::to_string(ids.size()) + " tokens does not fit the " +
-                                           std::to_string(st.max_positions - st.pos) + " positions left");
-    for (int32_t id : ids)
-      if (id < 0 || id >= shape_.vocab_size)
-        return error(Code::invalid_argument, "prefill: token id " + std::to_string(id) + " outside the vocabulary");
+    DSV41_TRY(detail::check_prompt(shape_, st.pos, st.max_positions, ids));
     const size_t chunk = opt.chunk > 0 ? size_t(opt.chunk) : ids.size();
     cpu::ForwardResult r;
     for (size_t i = 0; i < ids.size(); i += chunk) {

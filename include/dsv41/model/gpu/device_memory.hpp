@@ -4,12 +4,66 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include <dsv41/core/status.hpp>
 #include <dsv41/cuda/common.cuh>
 
 namespace dsv41::gpu {
+
+// Host→device copies through two pinned staging buffers, double-buffered on a stream: the pageable or
+// memory-mapped source is copied into one buffer while the other goes over PCIe. Where pinned memory cannot
+// be had it falls back to plain cudaMemcpy. Used at load time; finish() waits for the last copy.
+class Uploader {
+ public:
+  explicit Uploader(cudaStream_t s, size_t chunk = size_t(32) << 20) : s_(s), chunk_(chunk) {
+    for (int i = 0; i < 2; ++i) {
+      if (cudaHostAlloc(&buf_[i], chunk_, cudaHostAllocDefault) != cudaSuccess ||
+          cudaEventCreateWithFlags(&ev_[i], cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();  // not sticky: fall back to pageable copies
+        release();
+        return;
+      }
+    }
+  }
+  Uploader(const Uploader&) = delete;
+  Uploader& operator=(const Uploader&) = delete;
+  ~Uploader() {
+    if (buf_[0] || buf_[1]) cudaStreamSynchronize(s_);
+    release();
+  }
+  Status copy(void* dst, const void* src, size_t n) {
+    if (!buf_[1]) return n ? cuda_status(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "weight upload") : Status::Ok();
+    for (size_t o = 0; o < n; o += chunk_) {
+      const size_t c = std::min(chunk_, n - o);
+      DSV41_CUDA_TRY(cudaEventSynchronize(ev_[cur_]), "weight upload");  // this buffer's last copy is done
+      std::memcpy(buf_[cur_], static_cast<const uint8_t*>(src) + o, c);
+      DSV41_CUDA_TRY(cudaMemcpyAsync(static_cast<uint8_t*>(dst) + o, buf_[cur_], c, cudaMemcpyHostToDevice, s_),
+                     "weight upload");
+      DSV41_CUDA_TRY(cudaEventRecord(ev_[cur_], s_), "weight upload");
+      cur_ ^= 1;
+    }
+    return Status::Ok();
+  }
+  Status finish() { return cuda_status(cudaStreamSynchronize(s_), "weight upload"); }
+
+ private:
+  void release() {
+    for (int i = 0; i < 2; ++i) {
+      if (buf_[i]) cudaFreeHost(buf_[i]);
+      if (ev_[i]) cudaEventDestroy(ev_[i]);
+      buf_[i] = nullptr;
+      ev_[i] = nullptr;
+    }
+  }
+  cudaStream_t s_;
+  size_t chunk_;
+  void* buf_[2] = {nullptr, nullptr};
+  cudaEvent_t ev_[2] = {nullptr, nullptr};
+  int cur_ = 0;
+};
 
 // cudaMalloc'd blocks owned together (weights, a sequence's caches), freed on destruction.
 class DeviceArena {
@@ -37,10 +91,10 @@ class DeviceArena {
     return Status::Ok();
   }
   template <class T>
-  Status upload(const T*& p, const void* src, size_t count) {
+  Status upload(const T*& p, const void* src, size_t count, Uploader& up) {
     T* d = nullptr;
     DSV41_TRY(alloc(d, count));
-    if (count) DSV41_CUDA_TRY(cudaMemcpy(d, src, count * sizeof(T), cudaMemcpyHostToDevice), "weight upload");
+    DSV41_TRY(up.copy(d, src, count * sizeof(T)));
     p = d;
     return Status::Ok();
   }

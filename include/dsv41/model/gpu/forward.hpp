@@ -128,14 +128,9 @@ class ForwardT {
   // sequence's last tokens, at least min(pos, W + N − 1). d_logits: device [V] of the last row (or nullptr).
   Status replay_window(DeviceSequence& st, std::span<const int32_t> recent, float* d_logits,
                        const ForwardHooks* hooks = nullptr) const {
-    const int W = s_.sliding_window, N1 = std::max(s_.engram_max_ngram_size - 1, 0);
-    const int64_t need = std::min<int64_t>(st.pos, W + N1);
-    if (int64_t(recent.size()) < need || int64_t(recent.size()) > st.pos)
-      return error(Code::invalid_argument, "replay_window: pass the last " + std::to_string(need) + " tokens of the sequence");
-    const int S = int(std::min<int64_t>(W, st.pos));
-    auto rows = recent.subspan(recent.size() - size_t(S));
-    auto before = recent.subspan(0, recent.size() - size_t(S));
-    if (before.size() > size_t(N1)) before = before.subspan(before.size() - size_t(N1));
+    auto split = cpu::split_replay(s_, st.pos, recent);
+    if (!split.ok()) return split.status();
+    const auto [S, rows, before] = *split;
     if (st.owner() != this || st.layers.size() != sched_.size())
       return error(Code::invalid_argument, "replay_window: sequence made by another model");
     if (st.damaged) return error(Code::invalid_argument, "replay_window: the sequence was damaged by an earlier error");
@@ -390,13 +385,13 @@ class ForwardT {
       case WKind::FP4: wb = size_t(h.out) * h.in / 2; sb = size_t(h.out) * (h.in / 32); break;
       case WKind::None: break;
     }
-    DSV41_TRY(wmem_.upload(d.w, h.w, wb));
-    if (sb) DSV41_TRY(wmem_.upload(d.s, h.s, sb));
+    DSV41_TRY(wmem_.upload(d.w, h.w, wb, *up_));
+    if (sb) DSV41_TRY(wmem_.upload(d.s, h.s, sb, *up_));
     return Status::Ok();
   }
   Status up_vec(const std::vector<float>& v, const float*& d) {
     if (v.empty()) { d = nullptr; return Status::Ok(); }
-    return wmem_.upload(d, v.data(), v.size());
+    return wmem_.upload(d, v.data(), v.size(), *up_);
   }
   // Routed experts' matrix m (0 = w1, 1 = w2, 2 = w3) of every expert, packed at fixed strides.
   Status up_experts(const std::vector<std::array<Linear, 3>>& ex, int m, const uint8_t*& w, const uint8_t*& s,
@@ -405,19 +400,30 @@ class ForwardT {
     const Linear& l0 = ex[0][m];
     gw = int64_t(l0.out) * l0.in / 2;
     gs = int64_t(l0.out) * (l0.in / 32);
-    std::vector<uint8_t> wb(size_t(gw) * ex.size()), sb(size_t(gs) * ex.size());
+    uint8_t *dw = nullptr, *ds = nullptr;
+    DSV41_TRY(wmem_.alloc(dw, size_t(gw) * ex.size()));
+    DSV41_TRY(wmem_.alloc(ds, size_t(gs) * ex.size()));
     for (size_t e = 0; e < ex.size(); ++e) {
       const Linear& l = ex[e][m];
       if (l.kind != WKind::FP4 || l.out != l0.out || l.in != l0.in || !l.w || !l.s)
         return error(Code::format_error, "CUDA upload: routed experts must be FP4 of one shape");
-      std::memcpy(wb.data() + e * size_t(gw), l.w, size_t(gw));
-      std::memcpy(sb.data() + e * size_t(gs), l.s, size_t(gs));
+      DSV41_TRY(up_->copy(dw + e * size_t(gw), l.w, size_t(gw)));
+      DSV41_TRY(up_->copy(ds + e * size_t(gs), l.s, size_t(gs)));
     }
-    DSV41_TRY(wmem_.upload(w, wb.data(), wb.size()));
-    return wmem_.upload(s, sb.data(), sb.size());
+    w = dw;
+    s = ds;
+    return Status::Ok();
   }
 
   Status upload(const Weights& hw) {
+    Uploader up(stream_);
+    up_ = &up;
+    Status r = upload_all(hw);
+    up_ = nullptr;
+    if (!r.ok()) return r;
+    return up.finish();
+  }
+  Status upload_all(const Weights& hw) {
     DSV41_TRY(up_linear(hw.embed, w_.embed));
     DSV41_TRY(up_linear(hw.head, w_.head));
     DSV41_TRY(up_vec(hw.norm, w_.norm));
@@ -447,8 +453,8 @@ class ForwardT {
       if (h.engram_table) {
         const int hd = s_.engram_head_dim;
         L.engram_rows = h.engram_rows;
-        DSV41_TRY(wmem_.upload(L.engram_table, h.engram_table, size_t(h.engram_rows) * hd));
-        DSV41_TRY(wmem_.upload(L.engram_scale, h.engram_table_scale, size_t(h.engram_rows) * (hd / 32)));
+        DSV41_TRY(wmem_.upload(L.engram_table, h.engram_table, size_t(h.engram_rows) * hd, *up_));
+        DSV41_TRY(wmem_.upload(L.engram_scale, h.engram_table_scale, size_t(h.engram_rows) * (hd / 32), *up_));
       }
       const bool compressed = sched_[i].ratio > 0;
       const cpu::RopeTable rt = cpu::RopeTable::make(s_.qk_rope_head_dim, compressed ? s_.compress_rope_theta : s_.rope_theta,
@@ -1279,6 +1285,7 @@ class ForwardT {
   cudaStream_t stream_ = nullptr;
   cudaMemPool_t pool_ = nullptr;
   DeviceArena wmem_;
+  Uploader* up_ = nullptr;  // during upload()
   Global w_;
   std::vector<DLayer> layers_;
 };
