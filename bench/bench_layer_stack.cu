@@ -357,7 +357,7 @@ int main(int argc, char** argv) {
   if (!fr.ok()) { std::fprintf(stderr, "Forward::create: %s\n", fr.status().message().c_str()); return 1; }
   const gpu::Forward& f = **fr;
   hw.reset();  // the device holds its own copy
-  std::printf("weights uploaded: %.2f GB in %.1f s (%.1f GB/s incl. packing the experts); estimated %.2f GB\n",
+  std::printf("weights uploaded: %.2f GB in %.1f s (%.1f GB/s); estimated %.2f GB\n",
               f.weight_bytes() / 1e9, t_up, f.weight_bytes() / 1e9 / t_up, z.total() / 1e9);
   print_mem("after upload");
   std::printf("batched step: %s\n\n", kBatchPath);
