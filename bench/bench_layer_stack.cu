@@ -4,7 +4,7 @@
 // scales) and no DSpark stages. CUDA events, warm-up, medians; bytes and FLOPs per step estimated from the
 // shapes and reported against the measured H200 ceilings.
 //
-//   bench_layer_stack [--config F] [--contexts 4096,131072] [--batches 1,8,64] [--warmup 3] [--steps 20]
+//   bench_layer_stack [--config F] [--contexts 4096,131072] [--batches 1,8,64] [--warmup 3] [--steps 20] [--profile]
 //                     [--out FILE.md] [--check-config]
 //
 // --check-config: host only (no CUDA call): schedule, per-layer weight bytes, and the estimated bytes per case.
@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <span>
@@ -174,7 +175,7 @@ struct Options {
   std::string config = "bench/layer_stack/config.json", out;
   std::vector<int64_t> contexts{4096, 131072}, batches{1, 8, 64};
   int warmup = 3, steps = 20;
-  bool check_config = false;
+  bool check_config = false, profile = false;
   uint64_t seed = 20261201;
 };
 
@@ -245,7 +246,7 @@ struct Events {
 
 // One (context, batch) case: sequences filled to `ctx` positions, then warm-up + timed steps with and
 // without logits. Appends table rows; `ok` turns false when the logits are not finite.
-Status run_case(const gpu::Forward& f, const std::vector<LayerRole>& sched, const Sizes& z, const Options& opt,
+Status run_case(gpu::Forward& f, const std::vector<LayerRole>& sched, const Sizes& z, const Options& opt,
                 int64_t ctx, int B, cudaStream_t stream, std::string& table, bool& ok) {
   const ModelShape& s = f.shape();
   const int V = s.vocab_size;
@@ -312,6 +313,27 @@ Status run_case(const gpu::Forward& f, const std::vector<LayerRole>& sched, cons
       ok = ok && bad == 0;
     }
   }
+  if (opt.profile) {  // where a step's GPU time goes (op_timer.hpp), with logits, one sync per step
+    gpu::OpTimer timer;
+    std::map<std::string, double> tot;
+    f.set_timer(&timer);
+    for (int i = 0; i < opt.steps; ++i) {
+      for (auto& x : ids) x = tok(rng);
+      Status st = forward_batch(f, ptrs, ids, logits_buf.p);
+      if (st.ok()) st = timer.collect(stream, tot);
+      if (!st.ok()) {
+        f.set_timer(nullptr);
+        return st;
+      }
+    }
+    f.set_timer(nullptr);
+    double sum = 0;
+    for (const auto& kv : tot) sum += kv.second;
+    std::printf("  profile, context %lld batch %d (per step, sections sum to %.3f ms):\n", (long long)ctx, B,
+                sum / std::max(opt.steps, 1));
+    for (const auto& [name, ms] : tot)
+      std::printf("    %-20s %8.3f ms  %5.1f%%\n", name.c_str(), ms / std::max(opt.steps, 1), 100.0 * ms / sum);
+  }
   return Status::Ok();
 }
 
@@ -332,6 +354,7 @@ int main(int argc, char** argv) {
     else if (a == "--steps") opt.steps = std::stoi(val());
     else if (a == "--out") opt.out = val();
     else if (a == "--check-config") opt.check_config = true;
+    else if (a == "--profile") opt.profile = true;
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
   }
   auto shape = load_config(opt.config);
@@ -355,7 +378,7 @@ int main(int argc, char** argv) {
   auto fr = gpu::Forward::create(s, hw->w, {}, {}, stream);
   const double t_up = now_s() - t0;
   if (!fr.ok()) { std::fprintf(stderr, "Forward::create: %s\n", fr.status().message().c_str()); return 1; }
-  const gpu::Forward& f = **fr;
+  gpu::Forward& f = **fr;
   hw.reset();  // the device holds its own copy
   std::printf("weights uploaded: %.2f GB in %.1f s (%.1f GB/s); estimated %.2f GB\n",
               f.weight_bytes() / 1e9, t_up, f.weight_bytes() / 1e9 / t_up, z.total() / 1e9);

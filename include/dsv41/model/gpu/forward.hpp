@@ -30,6 +30,7 @@
 #include <dsv41/engram/hash.hpp>
 #include <dsv41/model/gpu/device_memory.hpp>
 #include <dsv41/model/gpu/device_weights.hpp>
+#include <dsv41/model/gpu/op_timer.hpp>
 #include <dsv41/model/gpu/sequence.hpp>
 
 #define DSV41_HAS_FORWARD_BATCH 1
@@ -150,6 +151,9 @@ class ForwardT {
     st.history = std::move(hist);
     return r;
   }
+
+  // Per-section GPU timing of later forwards (a diagnostic, op_timer.hpp); nullptr turns it off.
+  void set_timer(OpTimer* t) { timer_ = t; }
 
   // Forgets the window rings (SequenceState::drop_windows' counterpart); replay_window rebuilds them.
   Status drop_windows(DeviceSequence& st) const {
@@ -339,6 +343,9 @@ class ForwardT {
       : s_(s), sched_(make_schedule(s)), token_map_(std::move(token_map)), plan_(std::move(plan)), stream_(stream) {}
 
   float eps() const { return float(s_.rms_norm_eps); }
+  void mark(const char* name) const {
+    if (timer_) timer_->mark(name, stream_);
+  }
   int n_taps() const { return int(s_.dspark_target_layer_ids.size()); }
 
   Status check_shape() const {
@@ -560,6 +567,7 @@ class ForwardT {
     DSV41_TRY(fs.get(H, size_t(S) * hc * d));
     DSV41_TRY(fs.get(pre, size_t(S) * hc));
     DSV41_TRY(fs.get(taps, size_t(S) * std::max(nt, 1) * d));
+    mark("embed");
     mk::embed_kernel<<<S, 128, 0, stream_>>>(w_.embed.bf16(), in.ids, hc, d, H, pre);
     DSV41_TRY(launch_status("embed"));
     Shared sh;
@@ -591,6 +599,7 @@ class ForwardT {
       DSV41_TRY(unit(l, segs, sh, at, H + size_t(off) * hc * d, pre + size_t(off) * hc,
                      taps + size_t(off) * std::max(nt, 1) * d, rows, hooks, pass));
     }
+    mark("head");
     if (d_logits) {
       const bool every_row = o.all_logits || std::all_of(segs.begin(), segs.end(), [](const Seg& g) { return g.n == 1; });
       if (o.all_logits && off > 0) return error(Code::unsupported, "CUDA forward: all_logits with bounded replay");
@@ -604,6 +613,7 @@ class ForwardT {
       }
     }
     if (hooks && hooks->taps && nt > 0) DSV41_TRY(hook_taps(hooks, segs0[0].p0, S, taps));
+    mark("dspark seed");
     if (s_.n_dspark() > 0) DSV41_TRY(seed_dspark(segs0, taps, in.pos));
     return Status::Ok();
   }
@@ -707,6 +717,7 @@ class ForwardT {
     const int hc = s_.hc_mult, d = s_.hidden_size;
     const int64_t p0 = segs[0].p0;
     if (hooks && hooks->unit_input) DSV41_TRY(hook_unit(hooks, true, l, p0, S, H, pre));
+    mark("engram");
     if (role.engram_slot >= 0) DSV41_TRY(engram(w, role.engram_slot, in.hash, in.ids, H, S));
     if (role.tap_slot >= 0) {
       mk::taps_kernel<<<mk::blocks_for(int64_t(S) * d), mk::kThreads, 0, stream_>>>(H, S, hc, d, n_taps(), role.tap_slot,
@@ -776,6 +787,7 @@ class ForwardT {
       DSV41_TRY(sc.get(ws, mhc_workspace_bytes(S, d, hc)));
       mhc_set_workspace(pa, hc, ws);
     }
+    mark("mhc");
     DSV41_TRY(mhc_step_any(pa, hc, stream_));
     DSV41_TRY(attn(static_cast<const bf16_t*>(xa), a));
     MhcParams pf = pa;
@@ -790,8 +802,11 @@ class ForwardT {
     pf.norm_w = w.ffn_norm;
     pf.mix_out = mixF;
     pf.y = xf;
+    mark("mhc");
     DSV41_TRY(mhc_step_any(pf, hc, stream_));
+    mark("moe");
     DSV41_TRY(moe(role, w, xf, d_tokens, S, f));
+    mark("mhc");
     mk::hc_post_kernel<<<mk::blocks_for(int64_t(S) * d), mk::kThreads, 0, stream_>>>(f, H1, mixF, S, hc, d, H, pre);
     return launch_status("hc_post");
   }
@@ -848,6 +863,7 @@ class ForwardT {
     Scratch sc(pool_, stream_);
     uint8_t *xc = nullptr, *xe = nullptr, *qrc = nullptr, *qre = nullptr;
     bf16_t *tmp = nullptr, *qr = nullptr, *q = nullptr, *kv = nullptr, *kvn = nullptr, *o = nullptr;
+    mark("attn projections");
     DSV41_TRY(act_quant(x, S, d, xc, xe, sc));
     DSV41_TRY(sc.get(tmp, size_t(S) * ql));
     DSV41_TRY(sc.get(qr, size_t(S) * ql));
@@ -865,19 +881,22 @@ class ForwardT {
     const bool indexes = role.ratio > 0 && (role.mode == AttnMode::Full || role.mode == AttnMode::Reindex);
     const bool compresses = role.ratio > 0 && role.mode == AttnMode::Full && pass.compress;
     SideProj sp;
+    mark("compressor+indexer");
     if (compresses) DSV41_TRY(compress_project(l, x, S, sc, sp));
     if (indexes) {
       DSV41_TRY(index_project(l, x, qrc, qre, d_pos, S, sc, sp));
       DSV41_TRY(sh.fs->get(sh.lists[l], size_t(S) * K));
     }
     int *widx = nullptr, *cidx = nullptr;
+    const bool batch_decode =
+        segs.size() > 1 && std::all_of(segs.begin(), segs.end(), [](const Seg& g) { return g.n == 1; });
+    if (!batch_decode) mark("attention");  // with the compressor and indexer, per segment (a decode batch marks later)
     DSV41_TRY(sc.get(widx, size_t(S) * W));
     if (role.ratio > 0) DSV41_TRY(sc.get(cidx, size_t(S) * K));
     DSV41_TRY(sc.get(o, size_t(S) * H * D));
-    const bool batch_decode =
-        segs.size() > 1 && std::all_of(segs.begin(), segs.end(), [](const Seg& g) { return g.n == 1; });
     if (batch_decode) {
       DSV41_TRY(attention_decode_batch(l, segs, sh, d_pos, kvn, sp, compresses, indexes, q, widx, cidx, o, sc));
+      mark("attn output");
       DSV41_TRY(rope_at(o, S, H, D, rd, w.rope_freqs, d_pos, true, stream_));
       return output_projection(w, o, S, out, sc);
     }
@@ -944,6 +963,7 @@ class ForwardT {
         DSV41_TRY(launch_status("ring store"));
       }
     }
+    mark("attn output");
     DSV41_TRY(rope_at(o, S, H, D, rd, w.rope_freqs, d_pos, true, stream_));
     return output_projection(w, o, S, out, sc);
   }
@@ -966,6 +986,7 @@ class ForwardT {
         DSV41_TRY(index_select(l, g.st->layers[role.kv_source], sh.cand[i], *sh.fs, sp, g.row0, 1, g.p0, nullptr,
                                sh.lists[l] + size_t(g.row0) * K, ss));
     }
+    mark("attention");
     // Pointer table (after the compressor: entry counts include this step's): rings | comp pools | entry counts.
     std::vector<uint64_t> table(size_t(S) * 3);
     for (const Seg& g : segs) {
@@ -1286,6 +1307,7 @@ class ForwardT {
   cudaMemPool_t pool_ = nullptr;
   DeviceArena wmem_;
   Uploader* up_ = nullptr;  // during upload()
+  OpTimer* timer_ = nullptr;
   Global w_;
   std::vector<DLayer> layers_;
 };
