@@ -22,6 +22,7 @@
 #include <dsv41/cpu/forward.hpp>
 #include <dsv41/cuda/common.cuh>
 #include <dsv41/cuda/gemm.cuh>
+#include <dsv41/cuda/gemm_f32.cuh>
 #include <dsv41/cuda/model_ops.cuh>
 #include <dsv41/cuda/moe.cuh>
 #include <dsv41/cuda/quant.cuh>
@@ -342,6 +343,9 @@ class ForwardT {
   ForwardT(const ModelShape& s, std::vector<int32_t> token_map, engram::HashPlan plan, cudaStream_t stream)
       : s_(s), sched_(make_schedule(s)), token_map_(std::move(token_map)), plan_(std::move(plan)), stream_(stream) {}
 
+  // From this many rows on, FP32-accumulating linears (head, Markov head, wo_a) use the tiled kernel; below,
+  // one warp per output streams each weight row once.
+  static constexpr int kTiledRows = 4;
   float eps() const { return float(s_.rms_norm_eps); }
   void mark(const char* name) const {
     if (timer_) timer_->mark(name, stream_);
@@ -504,6 +508,19 @@ class ForwardT {
       float* ws = nullptr;
       if (wsb) DSV41_TRY(sc.get(ws, wsb / 4));
       return gemm_bf16(x, M, W.bf16(), N, K, yf, yb, ldy, ws, wsb, stream_);
+    }
+    if (M >= kTiledRows) {  // FP32 products and sums on CUDA cores, tiled (the head of a batch, drafts, prefill)
+      GemmF32Params gp;
+      gp.A = x;
+      gp.lda = K;
+      gp.W = W.w;
+      gp.M = M;
+      gp.N = N;
+      gp.K = K;
+      gp.yf = yf;
+      gp.yb = yb;
+      gp.ldy = ldy;
+      return gemm_f32(gp, stream_);
     }
     mk::linear_bf16_simple_kernel<<<mk::blocks_for(int64_t(M) * N * 32), mk::kThreads, 0, stream_>>>(
         x, K, W.bf16(), M, N, K, yf, yb, ldy);
@@ -1038,9 +1055,25 @@ class ForwardT {
     bf16_t* u = nullptr;
     uint8_t *uc = nullptr, *ue = nullptr;
     DSV41_TRY(sc.get(u, size_t(S) * G * R));
-    mk::wo_a_kernel<<<mk::blocks_for(int64_t(S) * G * R * 32), mk::kThreads, 0, stream_>>>(o, S, G, R, gw, w.wo_a.w,
-                                                                                         w.wo_a.s, u);
-    DSV41_TRY(launch_status("wo_a"));
+    if (S >= kTiledRows) {
+      GemmF32Params gp;
+      gp.A = o;
+      gp.lda = int64_t(G) * gw;
+      gp.a_goff = gw;
+      gp.W = w.wo_a.w;
+      gp.Ws = w.wo_a.s;
+      gp.M = S;
+      gp.N = R;
+      gp.K = gw;
+      gp.G = G;
+      gp.yb = u;
+      gp.ldy = int64_t(G) * R;
+      DSV41_TRY(gemm_f32(gp, stream_));
+    } else {
+      mk::wo_a_kernel<<<mk::blocks_for(int64_t(S) * G * R * 32), mk::kThreads, 0, stream_>>>(o, S, G, R, gw, w.wo_a.w,
+                                                                                           w.wo_a.s, u);
+      DSV41_TRY(launch_status("wo_a"));
+    }
     DSV41_TRY(act_quant(u, S, G * R, uc, ue, sc));
     return linear_fp8(uc, ue, S, w.wo_b, out, s_.hidden_size);
   }

@@ -1,0 +1,153 @@
+// GPU check: the tiled FP32-accumulating GEMM (cuda/gemm_f32.cuh) against the one-warp-per-output kernels it
+// replaces from 4 rows on (head: BF16 weights, FP32 out; wo_a: FP8 weights, groups, BF16 out). Both are FP32
+// FMA chains in different orders, so |Δ| ≤ 2·K·2⁻²⁴·Σ|a·w| (each sum's error bound), plus one BF16 ulp where
+// the output is rounded to BF16.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <dsv41/cuda/gemm_f32.cuh>
+#include <dsv41/cuda/model_ops.cuh>
+
+using namespace dsv41;
+using namespace dsv41::gpu;
+
+namespace {
+template <class T>
+T* dev(const std::vector<T>& h) {
+  T* d = nullptr;
+  REQUIRE(cudaMalloc(&d, std::max<size_t>(h.size() * sizeof(T), 4)) == cudaSuccess);
+  REQUIRE(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
+  return d;
+}
+template <class T>
+std::vector<T> host(const T* d, size_t n) {
+  std::vector<T> h(n);
+  REQUIRE(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+  return h;
+}
+}  // namespace
+
+TEST_CASE("tiled FP32 GEMM equals the per-output kernels within the FP32 sum bound", "[gpu][gemm_f32]") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  struct Case {
+    int M, N, K, G;
+    bool fp8;
+  };
+  int checked = 0;
+  for (const Case c : {Case{5, 1000, 512, 1, false}, Case{64, 1030, 640, 1, false}, Case{37, 130, 96, 1, false},
+                       Case{64, 1024, 4096, 8, true}, Case{6, 256, 512, 4, true}, Case{20, 64, 128, 2, true}}) {
+    const int Kin = c.fp8 ? c.K : c.K, rows_w = c.G * c.N;
+    const int64_t lda = int64_t(c.G) * Kin;
+    std::vector<uint16_t> a(size_t(c.M) * lda);
+    std::vector<float> af(a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i] = num::bf16_bits(nd(rng));
+      af[i] = num::bf16_to_f32(a[i]);
+    }
+    std::vector<uint8_t> w, ws;
+    std::vector<float> wf(size_t(rows_w) * Kin);
+    const int sb = (Kin + 31) / 32;
+    if (c.fp8) {
+      w.resize(wf.size());
+      ws.resize(size_t((rows_w + 31) / 32) * sb);
+      for (auto& s : ws) s = uint8_t(120 + rng() % 6);
+      for (size_t i = 0; i < w.size(); ++i) {
+        uint8_t code = uint8_t(rng());
+        if ((code & 0x7F) == 0x7F) code ^= 1;
+        w[i] = code;
+        const size_t r = i / Kin, k = i % Kin;
+        wf[i] = num::e4m3_to_f32(code) * num::ue8m0_to_f32(ws[(r / 32) * sb + k / 32]);
+      }
+    } else {
+      w.resize(wf.size() * 2);
+      for (size_t i = 0; i < wf.size(); ++i) {
+        const uint16_t b = num::bf16_bits(nd(rng) * 0.05f);
+        std::memcpy(&w[2 * i], &b, 2);
+        wf[i] = num::bf16_to_f32(b);
+      }
+    }
+    auto* dA = dev(a);
+    auto* dW = dev(w);
+    uint8_t* dWs = c.fp8 ? dev(ws) : nullptr;
+    const size_t n_out = size_t(c.M) * c.G * c.N;
+    float *y1 = nullptr, *y2 = nullptr;
+    bf16_t *b1 = nullptr, *b2 = nullptr;
+    REQUIRE(cudaMalloc(&y1, n_out * 4) == cudaSuccess);
+    REQUIRE(cudaMalloc(&y2, n_out * 4) == cudaSuccess);
+    REQUIRE(cudaMalloc(&b1, n_out * 2) == cudaSuccess);
+    REQUIRE(cudaMalloc(&b2, n_out * 2) == cudaSuccess);
+    GemmF32Params p;
+    p.A = reinterpret_cast<const bf16_t*>(dA);
+    p.lda = lda;
+    p.a_goff = Kin;
+    p.W = dW;
+    p.Ws = dWs;
+    p.M = c.M;
+    p.N = c.N;
+    p.K = Kin;
+    p.G = c.G;
+    p.ldy = int64_t(c.G) * c.N;
+    if (c.fp8) {
+      p.yb = b1;
+      REQUIRE(gemm_f32(p, nullptr).ok());
+      mk::wo_a_kernel<<<mk::blocks_for(int64_t(c.M) * c.G * c.N * 32), mk::kThreads>>>(
+          reinterpret_cast<const bf16_t*>(dA), c.M, c.G, c.N, Kin, dW, dWs, b2);
+    } else {
+      p.yf = y1;
+      REQUIRE(gemm_f32(p, nullptr).ok());
+      mk::linear_bf16_simple_kernel<<<mk::blocks_for(int64_t(c.M) * c.N * 32), mk::kThreads>>>(
+          reinterpret_cast<const bf16_t*>(dA), lda, reinterpret_cast<const bf16_t*>(dW), c.M, c.N, Kin, y2, nullptr,
+          c.N);
+    }
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    std::vector<float> r1(n_out), r2(n_out);
+    if (c.fp8) {
+      auto h1 = host(reinterpret_cast<uint16_t*>(b1), n_out), h2 = host(reinterpret_cast<uint16_t*>(b2), n_out);
+      for (size_t i = 0; i < n_out; ++i) {
+        r1[i] = num::bf16_to_f32(h1[i]);
+        r2[i] = num::bf16_to_f32(h2[i]);
+      }
+    } else {
+      r1 = host(y1, n_out);
+      r2 = host(y2, n_out);
+    }
+    double worst = 0;
+    for (int m = 0; m < c.M; ++m)
+      for (int g = 0; g < c.G; ++g)
+        for (int n = 0; n < c.N; ++n) {
+          double mag = 0, exact = 0;
+          for (int k = 0; k < Kin; ++k) {
+            const double t = double(af[size_t(m) * lda + size_t(g) * Kin + k]) * wf[(size_t(g) * c.N + n) * Kin + k];
+            mag += std::fabs(t);
+            exact += t;
+          }
+          const size_t o = size_t(m) * c.G * c.N + size_t(g) * c.N + n;
+          double bound = 2.0 * Kin * std::ldexp(1.0, -24) * mag;
+          if (c.fp8) bound += std::ldexp(std::max(std::fabs(r1[o]), std::fabs(r2[o])), -7);  // one BF16 ulp
+          const double d = std::fabs(double(r1[o]) - r2[o]);
+          worst = std::max(worst, d / std::max(bound, 1e-30));
+          if (d > bound) {
+            INFO("case M " << c.M << " N " << c.N << " K " << Kin << " G " << c.G << " at " << m << "," << g << "," << n);
+            CHECK(d <= bound);
+          }
+          // and both are close to the exact sum
+          if (!c.fp8) CHECK(std::fabs(r1[o] - exact) <= 1.0 * Kin * std::ldexp(1.0, -24) * mag + 1e-30);
+          ++checked;
+        }
+    std::printf("gemm_f32 M %d N %d K %d G %d %s: worst |Δ| / bound %.3f\n", c.M, c.N, Kin, c.G, c.fp8 ? "fp8" : "bf16",
+                worst);
+    cudaFree(dA);
+    cudaFree(dW);
+    if (dWs) cudaFree(dWs);
+    cudaFree(y1);
+    cudaFree(y2);
+    cudaFree(b1);
+    cudaFree(b2);
+  }
+  CHECK(checked == 5 * 1000 + 64 * 1030 + 37 * 130 + 64 * 1024 * 8 + 6 * 256 * 4 + 20 * 64 * 2);
+}
