@@ -250,7 +250,7 @@ Status run_case(gpu::Forward& f, const std::vector<LayerRole>& sched, const Size
                 int64_t ctx, int B, cudaStream_t stream, std::string& table, bool& ok) {
   const ModelShape& s = f.shape();
   const int V = s.vocab_size;
-  const int64_t cap = ctx + std::max<int64_t>(64, 2 * (opt.warmup + opt.steps));
+  const int64_t cap = ctx + std::max<int64_t>(64, 2 * (opt.warmup + opt.steps) + (opt.profile ? opt.steps : 0));
   std::printf("context %lld, batch %d: %d sequences of %.1f MB\n", (long long)ctx, B, B, sequence_bytes(s, sched, cap) / 1e6);
   std::vector<gpu::DeviceSequence> seqs;
   for (int b = 0; b < B; ++b) {

@@ -83,6 +83,12 @@ __global__ void __launch_bounds__(256) gemm_f32_kernel(const GemmF32Params p) {
 }
 }  // namespace detail
 
+// CTAs a launch of gemm_f32 uses (its parallelism).
+inline int64_t gemm_f32_ctas(int M, int N, int G) {
+  const int tm = M <= 16 ? 16 : 64;
+  return int64_t((N + 63) / 64) * ((M + tm - 1) / tm) * G;
+}
+
 inline Status gemm_f32(const GemmF32Params& p, cudaStream_t stream) {
   if (p.M < 0 || p.N <= 0 || p.K <= 0 || p.G <= 0 || !p.A || !p.W || (!p.yf && !p.yb)) return bad_arg("gemm_f32: bad shape");
   if (p.M == 0) return Status::Ok();

@@ -343,9 +343,12 @@ class ForwardT {
   ForwardT(const ModelShape& s, std::vector<int32_t> token_map, engram::HashPlan plan, cudaStream_t stream)
       : s_(s), sched_(make_schedule(s)), token_map_(std::move(token_map)), plan_(std::move(plan)), stream_(stream) {}
 
-  // From this many rows on, FP32-accumulating linears (head, Markov head, wo_a) use the tiled kernel; below,
-  // one warp per output streams each weight row once.
-  static constexpr int kTiledRows = 4;
+  // From this many rows on, the FP32-accumulating linears use the tiled kernel (gemm_f32.cuh); below, one warp
+  // per output streams each weight row once. wo_a (33.5 MB at release widths) reaches the warp kernel's time
+  // later than the head (1.3 GB): measured on the H200 layer stack, batch 8 was faster with the warp kernel.
+  // Below kTiledMinCtas tiles (narrow outputs: the ratio-2 compressor's 512 FP32 columns) the tiled kernel
+  // leaves most of the GPU idle, and the warp kernel is used too.
+  static constexpr int kTiledRows = 4, kTiledRowsWoA = 17, kTiledMinCtas = 128;
   float eps() const { return float(s_.rms_norm_eps); }
   void mark(const char* name) const {
     if (timer_) timer_->mark(name, stream_);
@@ -509,7 +512,7 @@ class ForwardT {
       if (wsb) DSV41_TRY(sc.get(ws, wsb / 4));
       return gemm_bf16(x, M, W.bf16(), N, K, yf, yb, ldy, ws, wsb, stream_);
     }
-    if (M >= kTiledRows) {  // FP32 products and sums on CUDA cores, tiled (the head of a batch, drafts, prefill)
+    if (M >= kTiledRows && gemm_f32_ctas(M, N, 1) >= kTiledMinCtas) {  // the head of a batch, drafts, prefill
       GemmF32Params gp;
       gp.A = x;
       gp.lda = K;
@@ -1055,7 +1058,7 @@ class ForwardT {
     bf16_t* u = nullptr;
     uint8_t *uc = nullptr, *ue = nullptr;
     DSV41_TRY(sc.get(u, size_t(S) * G * R));
-    if (S >= kTiledRows) {
+    if (S >= kTiledRowsWoA && gemm_f32_ctas(S, s_.o_lora_rank, s_.o_groups) >= kTiledMinCtas) {
       GemmF32Params gp;
       gp.A = o;
       gp.lda = int64_t(G) * gw;
