@@ -24,6 +24,10 @@ struct IndexScoreParams {
   const uint8_t* keys = nullptr; // packed index keys [n, dI/2 + dI/32]
   int n = 0;
   const int* vis = nullptr;      // [R] visible keys of each row (≤ n)
+  // Per row (rows of several sequences): row r reads keys_rows[r], which holds n_rows[r] ≤ n keys; n is then
+  // the scores' row stride.
+  const uint8_t* const* keys_rows = nullptr;
+  const int* n_rows = nullptr;
   int R = 0, nI = 0, dI = 0;
   float* scores = nullptr;       // [R, n]
 };
@@ -41,6 +45,13 @@ __global__ void __launch_bounds__(128) index_score_kernel(const IndexScoreParams
   const int dh = 16 * KB;         // packed bytes per head
   const int ent = dh + KB;        // bytes per key
   const int vis = p.vis[row];
+  const int nr = p.n_rows ? p.n_rows[row] : p.n;
+  const uint8_t* keys = p.keys_rows ? p.keys_rows[row] : p.keys;
+  if (key0 >= vis || nr <= 0) {  // no visible key in this warp's range: −inf, nothing read
+    float* out = p.scores + int64_t(row) * p.n;
+    for (int key = key0 + lane; key < key0 + KEYS_PER_WARP && key < p.n; key += 32) out[key] = -INFINITY;
+    return;
+  }
 
   uint32_t a[MT][KB][4];
   float sq[MT][KB][2];
@@ -68,11 +79,11 @@ __global__ void __launch_bounds__(128) index_score_kernel(const IndexScoreParams
   }
 #pragma unroll 1
   for (int j = 0; j < KEYS_PER_WARP / 8; ++j) {
-    const int kb_key = min(key0 + 8 * j + g, p.n - 1);
-    const int ks0 = min(key0 + 8 * j + 2 * t, p.n - 1), ks1 = min(key0 + 8 * j + 2 * t + 1, p.n - 1);
-    const uint8_t* kp = p.keys + int64_t(kb_key) * ent;
-    const uint32_t se0 = *reinterpret_cast<const uint32_t*>(p.keys + int64_t(ks0) * ent + dh);  // KB == 4 bytes
-    const uint32_t se1 = *reinterpret_cast<const uint32_t*>(p.keys + int64_t(ks1) * ent + dh);
+    const int kb_key = min(key0 + 8 * j + g, nr - 1);
+    const int ks0 = min(key0 + 8 * j + 2 * t, nr - 1), ks1 = min(key0 + 8 * j + 2 * t + 1, nr - 1);
+    const uint8_t* kp = keys + int64_t(kb_key) * ent;
+    const uint32_t se0 = *reinterpret_cast<const uint32_t*>(keys + int64_t(ks0) * ent + dh);  // KB == 4 bytes
+    const uint32_t se1 = *reinterpret_cast<const uint32_t*>(keys + int64_t(ks1) * ent + dh);
     float acc[MT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)

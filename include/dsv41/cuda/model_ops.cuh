@@ -441,6 +441,16 @@ __global__ void comp_idx_kernel(const int32_t* __restrict__ lists, int S, int K,
   comp[id] = ok ? j : -1;
 }
 
+// Rows of several sequences: vis[t] = min(floor((pos[t] + 1)/r), n_rows[t])
+template <int = 0>
+__global__ void fill_vis_rows_kernel(int S, const int64_t* __restrict__ pos, int r, const int* __restrict__ n_rows,
+                                     int* __restrict__ vis) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= S) return;
+  const int64_t v = (pos[t] + 1) / r;
+  vis[t] = int(v < n_rows[t] ? v : n_rows[t]);
+}
+
 // vis[t] = min(floor((p0 + t + 1)/r), n)
 template <int = 0>
 __global__ void fill_vis_kernel(int S, int64_t p0, int r, int64_t n, int* __restrict__ vis) {
@@ -551,7 +561,7 @@ __global__ void index_scores_generic_kernel(const IndexScoreParams p) {
     return;
   }
   const int dI = p.dI, ent = dI / 2 + dI / 32;
-  const uint8_t* kp = p.keys + int64_t(key) * ent;
+  const uint8_t* kp = (p.keys_rows ? p.keys_rows[row] : p.keys) + int64_t(key) * ent;
   float acc = 0.f;
   for (int h = 0; h < p.nI; ++h) {
     const uint8_t* qp = p.q + (int64_t(row) * p.nI + h) * (dI / 2);

@@ -998,28 +998,33 @@ class ForwardT {
     const DLayer& w = layers_[l];
     const int H = s_.num_attention_heads, D = s_.head_dim, W = s_.sliding_window, K = s_.index_topk;
     const int S = int(segs.size());
-    for (size_t i = 0; i < segs.size() && role.ratio > 0 && (compresses || indexes); ++i) {
-      const Seg& g = segs[i];
+    for (size_t i = 0; i < segs.size() && compresses; ++i) {  // the compressor: per sequence
       Scratch ss(pool_, stream_);
-      if (compresses) DSV41_TRY(compress(l, *g.st, sp, g.row0, 1, ss));
-      if (indexes)
-        DSV41_TRY(index_select(l, g.st->layers[role.kv_source], sh.cand[i], *sh.fs, sp, g.row0, 1, g.p0, nullptr,
-                               sh.lists[l] + size_t(g.row0) * K, ss));
+      DSV41_TRY(compress(l, *segs[i].st, sp, segs[i].row0, 1, ss));
     }
-    mark("attention");
-    // Pointer table (after the compressor: entry counts include this step's): rings | comp pools | entry counts.
-    std::vector<uint64_t> table(size_t(S) * 3);
+    // Table (after the compressor: entry counts include this step's), one row per sequence:
+    // rings | compressed-entry pools | entry counts (u64) | index-key pools | entry counts (i32).
+    std::vector<uint64_t> table(size_t(S) * 4 + (size_t(S) + 1) / 2);
+    auto* n_host = reinterpret_cast<int32_t*>(table.data() + 4 * size_t(S));
+    int nmax = 0;
     for (const Seg& g : segs) {
       table[size_t(g.row0)] = reinterpret_cast<uint64_t>(g.st->layers[l].ring);
       if (role.ratio > 0) {
         const DeviceLayerState& src = g.st->layers[role.kv_source];
         table[size_t(S) + g.row0] = reinterpret_cast<uint64_t>(src.comp);
         table[size_t(2 * S) + g.row0] = uint64_t(src.n_entries);
+        table[size_t(3 * S) + g.row0] = reinterpret_cast<uint64_t>(src.ikeys);
+        n_host[g.row0] = int32_t(src.n_entries);
+        nmax = std::max(nmax, int(src.n_entries));
       }
     }
     uint64_t* d_table = nullptr;
     DSV41_TRY(sc.get(d_table, table.size()));
     DSV41_TRY(put_bytes(table.data(), table.size() * 8, d_table));
+    if (indexes)  // the indexer: every row in one launch of each kernel
+      DSV41_TRY(index_select_rows(l, S, sh.cand[0], *sh.fs, sp, d_pos, reinterpret_cast<const uint8_t* const*>(d_table + 3 * S),
+                                  reinterpret_cast<const int*>(d_table + 4 * S), nmax, sh.lists[l], sc));
+    mark("attention");
     auto* rings = reinterpret_cast<uint8_t* const*>(d_table);
     mk::pack_window_rows_kernel<<<mk::blocks_for(int64_t(S) * (D / 32)), mk::kThreads, 0, stream_>>>(kvn, S, D, rings,
                                                                                                     d_pos, W);
@@ -1248,6 +1253,62 @@ class ForwardT {
       hooks->index_scores(hooks->ctx, l, p0, n, ne, h.data());
     }
     return topk(scores, n, ne, vis, K, lists, stream_);
+  }
+
+  // §4.4–4.5 the indexer of a decode batch (one row per sequence) in one launch of each kernel: row t scores
+  // keys_rows[t] (n_rows[t] keys; nmax the most), lists [S, index_topk]. The candidate mask of the batch is
+  // kept in `cand` (rows of all sequences).
+  Status index_select_rows(int l, int S, Cand& cand, Scratch& fs, const SideProj& sp, const int64_t* d_pos,
+                           const uint8_t* const* keys_rows, const int* n_rows, int nmax, int32_t* lists,
+                           Scratch& sc) const {
+    const LayerRole& role = sched_[l];
+    const int nI = s_.index_n_heads, dI = s_.index_head_dim, K = s_.index_topk, blk = s_.candidate_block_size;
+    int* vis = nullptr;
+    float* scores = nullptr;
+    DSV41_TRY(sc.get(vis, size_t(S)));
+    mk::fill_vis_rows_kernel<<<mk::blocks_for(S), mk::kThreads, 0, stream_>>>(S, d_pos, role.ratio, n_rows, vis);
+    DSV41_TRY(launch_status("index vis"));
+    DSV41_TRY(sc.get(scores, size_t(S) * std::max(nmax, 1)));
+    IndexScoreParams ip;
+    ip.q = sp.qp;
+    ip.qe = sp.qe;
+    ip.w = sp.wf;
+    ip.keys_rows = keys_rows;
+    ip.n_rows = n_rows;
+    ip.n = nmax;
+    ip.vis = vis;
+    ip.R = S;
+    ip.nI = nI;
+    ip.dI = dI;
+    ip.scores = scores;
+    DSV41_TRY(index_scores_any(ip, stream_));
+    if (role.candidate_source && nmax > 0) {
+      const int nb = (nmax + blk - 1) / blk;
+      stdsel::Pair* work = nullptr;
+      DSV41_TRY(sc.get(work, size_t(S) * nb));
+      DSV41_TRY(fs.get(cand.sel, size_t(S) * nb));
+      DSV41_TRY(fs.get(cand.vis, size_t(S)));
+      DSV41_CUDA_TRY(cudaMemcpyAsync(cand.vis, vis, size_t(S) * 4, cudaMemcpyDeviceToDevice, stream_), "cand vis");
+      cand.nb = nb;
+      cand.has = true;
+      mk::candidate_fast_kernel<256><<<S, 256, 0, stream_>>>(scores, nmax, vis, s_.candidate_topk_blocks, blk, work, nb,
+                                                              cand.sel);
+      DSV41_TRY(launch_status("candidates"));
+    } else if (role.candidate_source) {
+      cand.has = false;
+    } else if (role.uses_candidates && nmax > 0) {
+      if (!cand.has) {
+        DSV41_TRY(fs.get(cand.sel, size_t(S)));
+        DSV41_TRY(fs.get(cand.vis, size_t(S)));
+        DSV41_CUDA_TRY(cudaMemsetAsync(cand.vis, 0, size_t(S) * 4, stream_), "cand vis");
+        cand.nb = 1;
+        cand.has = true;
+      }
+      mk::apply_candidates_kernel<<<mk::blocks_for(int64_t(S) * nmax), mk::kThreads, 0, stream_>>>(
+          scores, S, nmax, vis, cand.sel, cand.vis, cand.nb, blk);
+      DSV41_TRY(launch_status("apply candidates"));
+    }
+    return topk(scores, S, nmax, vis, K, lists, stream_);
   }
 
   // §4.9 seeds each DSpark stage's ring with the window entries of every segment's last W rows, from the taps.
