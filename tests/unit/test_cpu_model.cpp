@@ -6,6 +6,8 @@
 #include <dsv41/model/golden.hpp>
 #include <dsv41/model/model.hpp>
 
+#include "fixture.hpp"
+
 #ifndef DSV41_FIXTURES
 #define DSV41_FIXTURES "tests/data/golden"
 #endif
@@ -13,17 +15,8 @@
 using namespace dsv41;
 
 namespace {
-const Model<configs::TinyCed>& tiny() {
-  static auto m = Model<configs::TinyCed>::load(DSV41_FIXTURES "/tiny-ced");  // test-local cache
-  REQUIRE(m.ok());
-  return **m;
-}
-std::vector<int32_t> prompt(int n, int seed) {
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  uint32_t x = uint32_t(seed) * 2654435761u + 1;
-  for (auto& t : v) { x = x * 1664525u + 1013904223u; t = int32_t(3 + (x >> 8) % 500); }
-  return v;
-}
+const Model<configs::TinyCed>& tiny() { return test::tiny_ced(); }
+std::vector<int32_t> prompt(int n, int seed) { return test::tiny_prompt(n, seed); }
 bool same_state(const SequenceState& a, const SequenceState& b) {
   if (a.pos != b.pos || a.history != b.history || a.layers.size() != b.layers.size()) return false;
   for (size_t l = 0; l < a.layers.size(); ++l) {

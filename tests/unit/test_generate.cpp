@@ -9,6 +9,8 @@
 #include <dsv41/model/rollback.hpp>
 #include <dsv41/model/sampler.hpp>
 
+#include "fixture.hpp"
+
 #ifndef DSV41_FIXTURES
 #define DSV41_FIXTURES "tests/data/golden"
 #endif
@@ -17,23 +19,10 @@ using namespace dsv41;
 
 namespace {
 
-using TinyModel = Model<configs::TinyCed>;
+using test::TinyModel;
 
-const TinyModel& tiny() {
-  static auto m = TinyModel::load(DSV41_FIXTURES "/tiny-ced");  // test-local cache
-  REQUIRE(m.ok());
-  return **m;
-}
-
-std::vector<int32_t> prompt(int n, int seed) {
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  uint32_t x = uint32_t(seed) * 2654435761u + 1;
-  for (auto& t : v) {
-    x = x * 1664525u + 1013904223u;
-    t = int32_t(3 + (x >> 8) % 500);
-  }
-  return v;
-}
+const TinyModel& tiny() { return test::tiny_ced(); }
+std::vector<int32_t> prompt(int n, int seed) { return test::tiny_prompt(n, seed); }
 
 // Every vector of the state, compared exactly.
 void require_same_state(const SequenceState& a, const SequenceState& b) {

@@ -5,6 +5,8 @@
 
 #include <dsv41/model/model.hpp>
 
+#include "fixture.hpp"
+
 #ifndef DSV41_FIXTURES
 #define DSV41_FIXTURES "tests/data/golden"
 #endif
@@ -12,17 +14,8 @@
 using namespace dsv41;
 
 namespace {
-const Model<configs::TinyCed>& tiny() {
-  static auto m = Model<configs::TinyCed>::load(DSV41_FIXTURES "/tiny-ced");
-  REQUIRE(m.ok());
-  return **m;
-}
-std::vector<int32_t> prompt(int n, int seed) {
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  uint32_t x = uint32_t(seed) * 2654435761u + 7;
-  for (auto& t : v) { x = x * 1664525u + 1013904223u; t = int32_t(3 + (x >> 8) % 500); }
-  return v;
-}
+const Model<configs::TinyCed>& tiny() { return test::tiny_ced(); }
+std::vector<int32_t> prompt(int n, int seed) { return test::tiny_prompt(n, seed, 7); }
 double rel(const std::vector<float>& a, const std::vector<float>& b) {
   double n = 0, d = 0;
   for (size_t i = 0; i < a.size(); ++i) { n += double(a[i] - b[i]) * (a[i] - b[i]); d += double(b[i]) * b[i]; }

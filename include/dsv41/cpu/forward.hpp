@@ -186,14 +186,10 @@ class Forward {
     if (st.pos == 0) return error(Code::invalid_argument, "draft: run the prompt first");
     if (y < 0 || y >= s_.vocab_size) return error(Code::invalid_argument, "draft: token outside the vocabulary");
     const int64_t p = st.pos - 1;
-    std::vector<float> H(size_t(B) * hc * d), pre(size_t(B) * hc, 0.f), row(static_cast<size_t>(d));
+    std::vector<float> H, pre;
     std::vector<int32_t> ids(size_t(B), s_.dspark_noise_token_id);
     ids[0] = y;
-    for (int i = 0; i < B; ++i) {
-      w_.embed.row(ids[i], row.data());
-      for (int k = 0; k < hc; ++k) std::copy(row.begin(), row.end(), H.begin() + (size_t(i) * hc + k) * d);
-      pre[size_t(i) * hc] = 1.f;
-    }
+    embed_streams(ids, H, pre);
     for (int stage = 0; stage < s_.n_dspark(); ++stage) {
       const int l = L + stage;
       const LayerRole& role = sched_[l];
@@ -283,7 +279,7 @@ class Forward {
 
   Status start_rows(const SequenceState& st, std::span<const int32_t> ids, std::span<const int32_t> history, int64_t p0,
                     const ForwardHooks* hooks, Rows& r) const {
-    const int S = int(ids.size()), hc = s_.hc_mult, d = s_.hidden_size;
+    const int S = int(ids.size());
     (void)st;
     r.S = S;
     r.p0 = p0;
@@ -293,15 +289,22 @@ class Forward {
       DSV41_TRY(engram::hash_ids(plan_, token_map_, s_.image_token_id, ids, history, r.hash));
       if (hooks && hooks->engram_ids) hooks->engram_ids(hooks->ctx, p0, S, int(plan_.n_layers() * plan_.cols()), r.hash.data());
     }
-    r.H.assign(size_t(S) * hc * d, 0.f);
-    r.pre.assign(size_t(S) * hc, 0.f);
-    std::vector<float> row(static_cast<size_t>(d));
-    for (int t = 0; t < S; ++t) {
-      w_.embed.row(ids[t], row.data());
-      for (int k = 0; k < hc; ++k) std::copy(row.begin(), row.end(), r.H.begin() + (size_t(t) * hc + k) * d);
-      r.pre[size_t(t) * hc] = 1.f;
-    }
+    embed_streams(ids, r.H, r.pre);
     return Status::Ok();
+  }
+
+  // Embeddings of ids expanded to the hc residual streams: H [n, hc, d] (each stream the embedding), pre [n, hc]
+  // (1 for stream 0, else 0).
+  void embed_streams(std::span<const int32_t> ids, std::vector<float>& H, std::vector<float>& pre) const {
+    const int hc = s_.hc_mult, d = s_.hidden_size;
+    H.assign(ids.size() * hc * d, 0.f);
+    pre.assign(ids.size() * hc, 0.f);
+    std::vector<float> row(static_cast<size_t>(d));
+    for (size_t t = 0; t < ids.size(); ++t) {
+      w_.embed.row(ids[t], row.data());
+      for (int k = 0; k < hc; ++k) std::copy(row.begin(), row.end(), H.begin() + (t * hc + k) * d);
+      pre[t * hc] = 1.f;
+    }
   }
 
   void run_layers(int first, int last, SequenceState& st, ForwardShared& sh, Rows& r, float* taps,

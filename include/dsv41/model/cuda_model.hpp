@@ -111,11 +111,7 @@ class Model<Config, Cuda> {
   }
 
   // One decode step for several sequences, each at its own position, in one batched forward.
-  struct DecodeItem {
-    State* state = nullptr;
-    int32_t token = 0;
-    std::vector<float>* logits = nullptr;  // [V] out
-  };
+  using DecodeItem = DecodeItemOf<State>;
   Status decode(std::span<DecodeItem> batch) const {
     if (batch.empty()) return Status::Ok();
     std::vector<State*> seqs;

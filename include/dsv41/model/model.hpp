@@ -152,6 +152,14 @@ inline Result<EngramSetup> load_engram(const std::string& dir, const ModelShape&
 template <class Config = configs::Dynamic, class Backend = Cpu>
 class Model;
 
+// One sequence's token in a decode step (Model::decode of either backend).
+template <class State>
+struct DecodeItemOf {
+  State* state = nullptr;
+  int32_t token = 0;
+  std::vector<float>* logits = nullptr;  // [V] out
+};
+
 // A new sequence from either backend, as a Result: the CPU's cannot fail, the GPU's allocates device memory.
 template <class M>
 Result<typename M::State> new_sequence_of(const M& m, int64_t max_positions) {
@@ -227,11 +235,7 @@ class Model {
   }
 
   // One decode step for several sequences, each at its own position.
-  struct DecodeItem {
-    State* state = nullptr;
-    int32_t token = 0;
-    std::vector<float>* logits = nullptr;  // [V] out
-  };
+  using DecodeItem = DecodeItemOf<State>;
   Status decode(std::span<DecodeItem> batch) const {
     for (auto& item : batch) {
       if (!item.state) return error(Code::invalid_argument, "decode: null state");
