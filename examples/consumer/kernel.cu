@@ -1,9 +1,12 @@
-// Uses the library's number formats inside a CUDA kernel (the same code the CPU reference runs).
+// Uses the installed package from a .cu file: the library's number formats inside a CUDA kernel (the same
+// code the CPU reference runs), and Model<Config, Cuda> on a model directory given as the argument.
 #include <cstdio>
+#include <vector>
 
 #include <cuda_runtime.h>
 
 #include <dsv41/dsv41.hpp>  // the whole host API compiles in a .cu translation unit too
+#include <dsv41/model/cuda_model.hpp>
 #include <dsv41/numeric/quant.hpp>
 
 __global__ void quantize_rows(float* x, int n, int rows) {
@@ -11,7 +14,27 @@ __global__ void quantize_rows(float* x, int n, int rows) {
   if (r < rows) dsv41::num::fp8_quant_block32(x + size_t(r) * n, n);
 }
 
-int main() {
+// Two sequences prefilled, then one batched decode step on the GPU.
+static int run_model(const char* dir) {
+  using GpuModel = dsv41::Model<dsv41::configs::Dynamic, dsv41::Cuda>;
+  auto m = GpuModel::load(dir);
+  if (!m.ok()) {
+    std::printf("load: %s\n", m.status().to_string().c_str());
+    return 1;
+  }
+  auto a = (*m)->new_sequence(64), b = (*m)->new_sequence(64);
+  if (!a.ok() || !b.ok()) return 1;
+  const std::vector<int32_t> pa{5, 6, 7, 8}, pb{9, 10};
+  if (!(*m)->prefill(*a, pa).ok() || !(*m)->prefill(*b, pb).ok()) return 1;
+  std::vector<float> la, lb;
+  GpuModel::DecodeItem items[] = {{&*a, 11, &la}, {&*b, 12, &lb}};
+  const dsv41::Status s = (*m)->decode(items);
+  std::printf("batched decode: %s, positions %lld and %lld, %zu logits each\n", s.ok() ? "ok" : s.to_string().c_str(),
+              (long long)a->pos, (long long)b->pos, la.size());
+  return s.ok() ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
   static_assert(dsv41::configs::global_kv_bytes_per_token<dsv41::configs::V41Flash>() == 890.0);
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -28,5 +51,6 @@ int main() {
   cudaMemcpy(host, dev, sizeof host, cudaMemcpyDeviceToHost);
   cudaFree(dev);
   std::printf("quantized: %g %g\n", host[0], host[1]);
-  return cudaGetLastError() == cudaSuccess ? 0 : 1;
+  if (cudaGetLastError() != cudaSuccess) return 1;
+  return argc > 1 ? run_model(argv[1]) : 0;
 }
