@@ -46,6 +46,28 @@ struct ForwardOptions {
   const ForwardHooks* hooks = nullptr;
 };
 
+// Tokens for a forward that ends at position `end` of a state of max_positions: not empty, in the vocabulary,
+// within capacity (both backends).
+inline Status check_tokens(const ModelShape& s, std::span<const int32_t> ids, int64_t end, int64_t max_positions) {
+  if (ids.empty()) return error(Code::invalid_argument, "forward: no tokens");
+  if (end > max_positions)
+    return error(Code::out_of_range, "forward: " + std::to_string(end) + " positions exceed the state's capacity of " +
+                                         std::to_string(max_positions));
+  for (int32_t id : ids)
+    if (id < 0 || id >= s.vocab_size)
+      return error(Code::invalid_argument, "forward: token id " + std::to_string(id) + " outside the vocabulary");
+  return Status::Ok();
+}
+
+// SPEC §5 decoder bounded replay needs every decoder layer after the first to read the first's global KV.
+inline Status check_bounded_replay(const ModelShape& s, std::span<const LayerRole> sched) {
+  for (int l = first_decoder_layer(s) + 1; l < s.num_hidden_layers; ++l)
+    if (sched[size_t(l)].mode == AttnMode::Full)
+      return error(Code::unsupported, "bounded replay: decoder layer " + std::to_string(l) +
+                                          " makes its own global KV, so every token must reach it");
+  return Status::Ok();
+}
+
 // SPEC §5 window replay of a sequence at `pos` from its last tokens `recent` (at least min(pos, W + N − 1)):
 // the rows to run (the last min(W, pos)) and the Engram history before them (at most N − 1 ids).
 struct ReplaySplit {
@@ -118,7 +140,7 @@ class Forward {
   Status forward_unguarded(SequenceState& st, std::span<const int32_t> ids, ForwardResult& res,
                            const ForwardOptions& o) const {
     const int S = int(ids.size());
-    if (o.bounded_replay) DSV41_TRY(check_bounded_replay());
+    if (o.bounded_replay) DSV41_TRY(check_bounded_replay(s_, sched_));
     Rows r;
     DSV41_TRY(start_rows(st, ids, st.history, st.pos, o.hooks, r));
     res.taps.assign(size_t(S) * n_taps() * s_.hidden_size, 0.f);
@@ -258,24 +280,10 @@ class Forward {
   int n_taps() const { return int(s_.dspark_target_layer_ids.size()); }
 
   Status check_input(const SequenceState& st, std::span<const int32_t> ids, int64_t end) const {
-    if (ids.empty()) return error(Code::invalid_argument, "forward: no tokens");
     if (st.layers.size() != sched_.size()) return error(Code::invalid_argument, "forward: state made for another model");
-    if (end > st.max_positions)
-      return error(Code::out_of_range, "forward: " + std::to_string(end) + " positions exceed the state's capacity of " +
-                                           std::to_string(st.max_positions));
-    for (int32_t id : ids)
-      if (id < 0 || id >= s_.vocab_size)
-        return error(Code::invalid_argument, "forward: token id " + std::to_string(id) + " outside the vocabulary");
-    return Status::Ok();
+    return check_tokens(s_, ids, end, st.max_positions);
   }
 
-  Status check_bounded_replay() const {
-    for (int l = decoder_.first + 1; l < decoder_.last; ++l)
-      if (sched_[l].mode == AttnMode::Full)
-        return error(Code::unsupported, "bounded replay: decoder layer " + std::to_string(l) +
-                                            " makes its own global KV, so every token must reach it");
-    return Status::Ok();
-  }
 
   Status start_rows(const SequenceState& st, std::span<const int32_t> ids, std::span<const int32_t> history, int64_t p0,
                     const ForwardHooks* hooks, Rows& r) const {

@@ -370,19 +370,11 @@ class ForwardT {
   }
 
   Status check_input(const DeviceSequence& st, std::span<const int32_t> ids) const {
-    if (ids.empty()) return error(Code::invalid_argument, "forward: no tokens");
     if (st.owner() != this || st.layers.size() != sched_.size())
       return error(Code::invalid_argument, "forward: sequence made by another model");
     if (st.damaged)
       return error(Code::invalid_argument, "forward: the sequence was damaged by an earlier failed forward; restore a snapshot");
-    const int64_t end = st.pos + int64_t(ids.size());
-    if (end > st.max_positions)
-      return error(Code::out_of_range, "forward: " + std::to_string(end) + " positions exceed the state's capacity of " +
-                                           std::to_string(st.max_positions));
-    for (int32_t id : ids)
-      if (id < 0 || id >= s_.vocab_size)
-        return error(Code::invalid_argument, "forward: token id " + std::to_string(id) + " outside the vocabulary");
-    return Status::Ok();
+    return cpu::check_tokens(s_, ids, st.pos + int64_t(ids.size()), st.max_positions);
   }
 
   // ---- weights ----
@@ -546,7 +538,7 @@ class ForwardT {
     const int S = int(ids.size());
     if ((o.hooks || o.bounded_replay) && segs.size() != 1)
       return error(Code::invalid_argument, "CUDA forward: hooks and bounded replay take one sequence");
-    if (o.bounded_replay) DSV41_TRY(check_bounded_replay());
+    if (o.bounded_replay) DSV41_TRY(cpu::check_bounded_replay(s_, sched_));
     struct Saved {
       std::vector<std::pair<int64_t, int>> counters;
     };
@@ -640,14 +632,6 @@ class ForwardT {
 
   size_t hash_cols() const { return plan_.layers.empty() ? 0 : size_t(plan_.n_layers() * plan_.cols()); }
 
-  Status check_bounded_replay() const {
-    const int dec = first_decoder_layer(s_);
-    for (int l = dec + 1; l < s_.num_hidden_layers; ++l)
-      if (sched_[l].mode == AttnMode::Full)
-        return error(Code::unsupported, "bounded replay: decoder layer " + std::to_string(l) +
-                                            " makes its own global KV, so every token must reach it");
-    return Status::Ok();
-  }
 
   // Token ids, positions and Engram row ids of every row to the device, in one buffer.
   Status put_rows(std::span<const Seg> segs, std::span<const int32_t> ids, Scratch& fs, const ForwardHooks* hooks,
@@ -1217,33 +1201,7 @@ class ForwardT {
     ip.dI = dI;
     ip.scores = scores;
     DSV41_TRY(index_scores_any(ip, stream_));
-    const int blk = s_.candidate_block_size;
-    if (role.candidate_source && ne > 0) {
-      const int nb = std::max((ne + blk - 1) / blk, 1);
-      stdsel::Pair* work = nullptr;
-      DSV41_TRY(sc.get(work, size_t(n) * nb));
-      DSV41_TRY(fs.get(cand.sel, size_t(n) * nb));
-      DSV41_TRY(fs.get(cand.vis, size_t(n)));
-      DSV41_CUDA_TRY(cudaMemcpyAsync(cand.vis, vis, size_t(n) * 4, cudaMemcpyDeviceToDevice, stream_), "cand vis");
-      cand.nb = nb;
-      cand.has = true;
-      mk::candidate_fast_kernel<256><<<n, 256, 0, stream_>>>(scores, ne, vis, s_.candidate_topk_blocks, blk, work, nb,
-                                                              cand.sel);
-      DSV41_TRY(launch_status("candidates"));
-    } else if (role.candidate_source) {
-      cand.has = false;  // no visible entries: every row's mask is empty
-    } else if (role.uses_candidates && ne > 0) {
-      if (!cand.has) {  // no mask this forward (cpu: rows beyond the mask's) → nothing eligible
-        DSV41_TRY(fs.get(cand.sel, size_t(n)));
-        DSV41_TRY(fs.get(cand.vis, size_t(n)));
-        DSV41_CUDA_TRY(cudaMemsetAsync(cand.vis, 0, size_t(n) * 4, stream_), "cand vis");
-        cand.nb = 1;
-        cand.has = true;
-      }
-      mk::apply_candidates_kernel<<<mk::blocks_for(int64_t(n) * ne), mk::kThreads, 0, stream_>>>(
-          scores, n, ne, vis, cand.sel, cand.vis, cand.nb, blk);
-      DSV41_TRY(launch_status("apply candidates"));
-    }
+    DSV41_TRY(candidates(role, cand, fs, scores, n, ne, vis, sc));
     if (hooks && hooks->index_scores) {
       std::vector<float> h(size_t(n) * ne);
       if (ne > 0) {
@@ -1255,6 +1213,41 @@ class ForwardT {
     return topk(scores, n, ne, vis, K, lists, stream_);
   }
 
+  // §4.5 on index scores [R, n] (rows with vis[r] visible entries): the candidate source chooses its candidate
+  // blocks into `cand` (in the forward's scratch fs); layers above it mask every score outside them.
+  Status candidates(const LayerRole& role, Cand& cand, Scratch& fs, float* scores, int R, int n, const int* vis,
+                    Scratch& sc) const {
+    const int blk = s_.candidate_block_size;
+    if (role.candidate_source && n > 0) {
+      const int nb = (n + blk - 1) / blk;
+      stdsel::Pair* work = nullptr;
+      DSV41_TRY(sc.get(work, size_t(R) * nb));
+      DSV41_TRY(fs.get(cand.sel, size_t(R) * nb));
+      DSV41_TRY(fs.get(cand.vis, size_t(R)));
+      DSV41_CUDA_TRY(cudaMemcpyAsync(cand.vis, vis, size_t(R) * 4, cudaMemcpyDeviceToDevice, stream_), "cand vis");
+      cand.nb = nb;
+      cand.has = true;
+      mk::candidate_fast_kernel<256><<<R, 256, 0, stream_>>>(scores, n, vis, s_.candidate_topk_blocks, blk, work, nb,
+                                                              cand.sel);
+      return launch_status("candidates");
+    }
+    if (role.candidate_source) {
+      cand.has = false;  // no visible entries: every row's mask is empty
+      return Status::Ok();
+    }
+    if (!role.uses_candidates || n == 0) return Status::Ok();
+    if (!cand.has) {  // no mask this forward (cpu: rows beyond the mask's) → nothing eligible
+      DSV41_TRY(fs.get(cand.sel, size_t(R)));
+      DSV41_TRY(fs.get(cand.vis, size_t(R)));
+      DSV41_CUDA_TRY(cudaMemsetAsync(cand.vis, 0, size_t(R) * 4, stream_), "cand vis");
+      cand.nb = 1;
+      cand.has = true;
+    }
+    mk::apply_candidates_kernel<<<mk::blocks_for(int64_t(R) * n), mk::kThreads, 0, stream_>>>(scores, R, n, vis, cand.sel,
+                                                                                           cand.vis, cand.nb, blk);
+    return launch_status("apply candidates");
+  }
+
   // §4.4–4.5 the indexer of a decode batch (one row per sequence) in one launch of each kernel: row t scores
   // keys_rows[t] (n_rows[t] keys; nmax the most), lists [S, index_topk]. The candidate mask of the batch is
   // kept in `cand` (rows of all sequences).
@@ -1262,7 +1255,7 @@ class ForwardT {
                            const uint8_t* const* keys_rows, const int* n_rows, int nmax, int32_t* lists,
                            Scratch& sc) const {
     const LayerRole& role = sched_[l];
-    const int nI = s_.index_n_heads, dI = s_.index_head_dim, K = s_.index_topk, blk = s_.candidate_block_size;
+    const int nI = s_.index_n_heads, dI = s_.index_head_dim, K = s_.index_topk;
     int* vis = nullptr;
     float* scores = nullptr;
     DSV41_TRY(sc.get(vis, size_t(S)));
@@ -1282,32 +1275,7 @@ class ForwardT {
     ip.dI = dI;
     ip.scores = scores;
     DSV41_TRY(index_scores_any(ip, stream_));
-    if (role.candidate_source && nmax > 0) {
-      const int nb = (nmax + blk - 1) / blk;
-      stdsel::Pair* work = nullptr;
-      DSV41_TRY(sc.get(work, size_t(S) * nb));
-      DSV41_TRY(fs.get(cand.sel, size_t(S) * nb));
-      DSV41_TRY(fs.get(cand.vis, size_t(S)));
-      DSV41_CUDA_TRY(cudaMemcpyAsync(cand.vis, vis, size_t(S) * 4, cudaMemcpyDeviceToDevice, stream_), "cand vis");
-      cand.nb = nb;
-      cand.has = true;
-      mk::candidate_fast_kernel<256><<<S, 256, 0, stream_>>>(scores, nmax, vis, s_.candidate_topk_blocks, blk, work, nb,
-                                                              cand.sel);
-      DSV41_TRY(launch_status("candidates"));
-    } else if (role.candidate_source) {
-      cand.has = false;
-    } else if (role.uses_candidates && nmax > 0) {
-      if (!cand.has) {
-        DSV41_TRY(fs.get(cand.sel, size_t(S)));
-        DSV41_TRY(fs.get(cand.vis, size_t(S)));
-        DSV41_CUDA_TRY(cudaMemsetAsync(cand.vis, 0, size_t(S) * 4, stream_), "cand vis");
-        cand.nb = 1;
-        cand.has = true;
-      }
-      mk::apply_candidates_kernel<<<mk::blocks_for(int64_t(S) * nmax), mk::kThreads, 0, stream_>>>(
-          scores, S, nmax, vis, cand.sel, cand.vis, cand.nb, blk);
-      DSV41_TRY(launch_status("apply candidates"));
-    }
+    DSV41_TRY(candidates(role, cand, fs, scores, S, nmax, vis, sc));
     return topk(scores, S, nmax, vis, K, lists, stream_);
   }
 
