@@ -47,7 +47,7 @@ constexpr const char* kBatchPath = "stand-in: one forward() per sequence";
 Status forward_batch(const gpu::Forward& f, std::span<gpu::DeviceSequence* const> seqs, std::span<const int32_t> ids,
                      float* d_logits) {
   const size_t V = size_t(f.shape().vocab_size);
-  cpu::ForwardOptions o;
+  ForwardOptions o;
   for (size_t b = 0; b < seqs.size(); ++b)
     DSV41_TRY(f.forward(*seqs[b], ids.subspan(b, 1), o, d_logits ? d_logits + b * V : nullptr));
   return Status::Ok();

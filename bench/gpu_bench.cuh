@@ -1,6 +1,6 @@
 // Kernel timings at the released shapes (CUDA events, warm-up, median of 25, inputs rotated past the
 // 60 MB L2 where one set would fit in it), with bytes and FLOPs counted per call. Used by
-// tools/gpu/harness.cu; the table it prints is recorded in bench/README.md.
+// bench/gpu_harness.cu; the table it prints is recorded in bench/README.md.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include <dsv41/cuda/attention.cuh>
-#include <dsv41/cuda/gemm.cuh>
-#include <dsv41/cuda/indexer.cuh>
-#include <dsv41/cuda/mhc.cuh>
-#include <dsv41/cuda/moe.cuh>
-#include <dsv41/cuda/quant.cuh>
-#include <dsv41/cuda/rmsnorm.cuh>
+#include <dsv41/backend/cuda/kernels/attention.cuh>
+#include <dsv41/backend/cuda/kernels/gemm.cuh>
+#include <dsv41/backend/cuda/kernels/indexer.cuh>
+#include <dsv41/backend/cuda/kernels/mhc.cuh>
+#include <dsv41/backend/cuda/kernels/moe.cuh>
+#include <dsv41/backend/cuda/kernels/quant.cuh>
+#include <dsv41/backend/cuda/kernels/rmsnorm.cuh>
 
 #include "../tests/gpu/gpu_check.cuh"
 

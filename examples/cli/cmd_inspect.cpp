@@ -7,7 +7,7 @@
 #include <dsv41/config/accounting.hpp>
 #include <dsv41/config/parse_config.hpp>
 #include <dsv41/io/safetensors.hpp>
-#include <dsv41/model/weights.hpp>
+#include <dsv41/blocks/weights.hpp>
 
 #include "commands.hpp"
 

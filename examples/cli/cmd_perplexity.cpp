@@ -48,7 +48,7 @@ int run_perplexity(void* p) {
   for (size_t start = 0; start + 1 < ids.size(); start += size_t(ctx)) {
     const size_t n = std::min(size_t(ctx), ids.size() - start);
     if (n < 2) break;
-    cpu::ForwardResult r;
+    ForwardResult r;
     Status s = tm.score(std::span<const int32_t>(ids.data() + start, n), o.bounded_replay, r.logits);
     if (!s.ok()) {
       fmt::print(stderr, "error: {}\n", s.to_string());

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <dsv41/model/model.hpp>
-#include <dsv41/text/text_model.hpp>
+#include <dsv41/runtime/text_model.hpp>
 
 namespace dsv41::cli {
 
@@ -51,9 +51,9 @@ class TextEngineOf : public TextEngine {
   Status score(std::span<const int32_t> ids, bool bounded_replay, std::vector<float>& logits) const override {
     auto st = new_sequence_of(*model_, int64_t(ids.size()));
     if (!st.ok()) return st.status();
-    cpu::ForwardResult r;
-    if constexpr (requires { model_->forward(*st, ids, r, cpu::ForwardOptions{}); }) {
-      cpu::ForwardOptions fo;
+    ForwardResult r;
+    if constexpr (requires { model_->forward(*st, ids, r, ForwardOptions{}); }) {
+      ForwardOptions fo;
       fo.all_logits = true;
       fo.bounded_replay = bounded_replay;
       DSV41_TRY(model_->forward(*st, ids, r, fo));

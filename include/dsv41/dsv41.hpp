@@ -5,4 +5,4 @@
 #include <dsv41/config/presets.hpp>
 #include <dsv41/core/status.hpp>
 #include <dsv41/model/model.hpp>
-#include <dsv41/model/state.hpp>
+#include <dsv41/backend/cpu/sequence.hpp>

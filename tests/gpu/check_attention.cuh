@@ -1,7 +1,7 @@
 // Check of the sparse attention with sink over packed window (FP8) and compressed (FP4) entries against
 // cpu::sparse_attention on the unpacked entries.
 #pragma once
-#include <dsv41/cuda/attention.cuh>
+#include <dsv41/backend/cuda/kernels/attention.cuh>
 #include <dsv41/numeric/quant.hpp>
 
 #include "gpu_check.cuh"

@@ -1,8 +1,8 @@
 // Checks of the block-scaled GEMMs (FP8 weights: skinny + split-K and wide kernels; FP4 weights: skinny)
 // against cpu::linear (Lin::Auto: FP8 activation quant, FP32 sum, BF16 out).
 #pragma once
-#include <dsv41/cuda/gemm.cuh>
-#include <dsv41/cuda/quant.cuh>
+#include <dsv41/backend/cuda/kernels/gemm.cuh>
+#include <dsv41/backend/cuda/kernels/quant.cuh>
 #include <dsv41/numeric/quant.hpp>
 
 #include "gpu_check.cuh"

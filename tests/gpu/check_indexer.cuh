@@ -1,10 +1,10 @@
 // Checks of the indexer (scores of FP4 queries vs packed FP4 keys, relu, head weights; top-k) against
 // cpu::index_select and cpu::topk_row.
 #pragma once
-#include <dsv41/cuda/gemm.cuh>
-#include <dsv41/cuda/indexer.cuh>
-#include <dsv41/cuda/quant.cuh>
-#include <dsv41/cuda/rope.cuh>
+#include <dsv41/backend/cuda/kernels/gemm.cuh>
+#include <dsv41/backend/cuda/kernels/indexer.cuh>
+#include <dsv41/backend/cuda/kernels/quant.cuh>
+#include <dsv41/backend/cuda/kernels/rope.cuh>
 #include <dsv41/numeric/quant.hpp>
 
 #include "gpu_check.cuh"

@@ -1,6 +1,6 @@
 // Check of the fused mHC step against cpu::hc_post, cpu::hc_mixes, cpu::hc_pre and cpu::rmsnorm.
 #pragma once
-#include <dsv41/cuda/mhc.cuh>
+#include <dsv41/backend/cuda/kernels/mhc.cuh>
 
 #include "gpu_check.cuh"
 

@@ -1,7 +1,7 @@
 // Check of the MoE layer (routing, CUB sort/scan, grouped FP4 expert GEMMs with SwiGLU, shared FP8
 // expert, combine) against cpu::moe, and of the routing against cpu::route.
 #pragma once
-#include <dsv41/cuda/moe.cuh>
+#include <dsv41/backend/cuda/kernels/moe.cuh>
 
 #include "gpu_check.cuh"
 

@@ -1,7 +1,7 @@
 // Checks of RMSNorm and the FP8 / FP4 activation quantizers against the CPU reference.
 #pragma once
-#include <dsv41/cuda/quant.cuh>
-#include <dsv41/cuda/rmsnorm.cuh>
+#include <dsv41/backend/cuda/kernels/quant.cuh>
+#include <dsv41/backend/cuda/kernels/rmsnorm.cuh>
 #include <dsv41/numeric/quant.hpp>
 
 #include "gpu_check.cuh"

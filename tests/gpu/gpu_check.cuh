@@ -1,4 +1,4 @@
-// Shared helpers of the GPU checks (tests/gpu/test_*.cu and tools/gpu/harness.cu): CUDA error checks,
+// Shared helpers of the GPU checks (tests/gpu/test_*.cu and bench/gpu_harness.cu): CUDA error checks,
 // device buffers that are poisoned before every run, deterministic random inputs, and error statistics.
 // Test code: failures throw std::runtime_error (Catch2 and the harness report them).
 #pragma once

@@ -1,4 +1,4 @@
-// The CPU reference (include/dsv41/cpu/) as seen from the GPU checks. The .cu files must not include
+// The CPU reference (include/dsv41/backend/cpu/) as seen from the GPU checks. The .cu files must not include
 // nlohmann-json, which cpu/ops.hpp pulls in through model/weights.hpp, so the reference is compiled in a
 // host-only translation unit (tests/gpu/ref_cpu.cpp) and reached through this table of plain functions.
 // The table is a weak symbol: a GPU test binary built without ref_cpu.cpp links, and its checks fail

@@ -2,9 +2,9 @@
 // contraction (-ffp-contract=off) so the reference rounds exactly as written.
 #include "ref_api.hpp"
 
-#include <dsv41/cpu/attention.hpp>
-#include <dsv41/cpu/block.hpp>
-#include <dsv41/cpu/ops.hpp>
+#include <dsv41/backend/cpu/csa2_ops.hpp>
+#include <dsv41/backend/cpu/unit_ops.hpp>
+#include <dsv41/backend/cpu/math.hpp>
 
 namespace {
 using namespace dsv41;
@@ -68,7 +68,7 @@ void r_attn(const float* q, int H, int D, const std::vector<const float*>& entri
 std::vector<int32_t> r_topk(const float* score, int n, int k) { return cpu::topk_row(score, n, k); }
 
 std::vector<float> r_rope(int rd, double theta, bool yarn, double factor, double bf, double bs, double orig) {
-  return cpu::RopeTable::make(rd, theta, yarn, factor, bf, bs, orig).freqs;
+  return RopeTable::make(rd, theta, yarn, factor, bf, bs, orig).freqs;
 }
 
 struct ScoreCapture {
@@ -93,8 +93,8 @@ void r_index(const gputest::IndexRefIn& in, std::vector<float>& scores, std::vec
   LayerWeights w;
   w.i_wq_b = make_lin(RefW::FP8, in.wq_b, in.wq_b_s, in.nI * in.dI, in.q_lora);
   w.i_wproj = make_lin(RefW::BF16, in.wproj, nullptr, in.nI, in.d);
-  const cpu::RopeTable rope =
-      cpu::RopeTable::make(in.rope_dim, in.theta, true, in.factor, in.beta_fast, in.beta_slow, in.original);
+  const RopeTable rope =
+      RopeTable::make(in.rope_dim, in.theta, true, in.factor, in.beta_fast, in.beta_slow, in.original);
   ForwardHooks hooks;
   ScoreCapture cap{&scores};
   hooks.ctx = &cap;

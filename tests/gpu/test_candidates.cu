@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include <dsv41/cuda/model_ops.cuh>
+#include <dsv41/backend/cuda/kernels/glue.cuh>
 
 using namespace dsv41;
 using namespace dsv41::gpu;

@@ -11,13 +11,13 @@
 #include <map>
 
 #include <dsv41/model/cuda_model.hpp>
-#include <dsv41/model/generate.hpp>
+#include <dsv41/runtime/generate.hpp>
 #include <dsv41/model/golden.hpp>
 #include <dsv41/model/model.hpp>
-#include <dsv41/text/text_model.hpp>
+#include <dsv41/runtime/text_model.hpp>
 #include <dsv41/text/tokenizer.hpp>
 
-#include "../../tools/gpu/cpu_golden.hpp"
+#include "cpu_golden.hpp"
 
 using namespace dsv41;
 using GModel = Model<configs::Dynamic, Cuda>;
@@ -60,14 +60,14 @@ std::vector<float> to_host(const float* d, size_t n) {
 }  // namespace
 
 // The fixture contract, layer by layer, on the bundled trained model: the golden file is the CPU reference's
-// own run (tools/gpu/cpu_golden.hpp), the CUDA model must meet it as the CPU meets DeepSeek's goldens.
+// own run (tests/gpu/cpu_golden.hpp), the CUDA model must meet it as the CPU meets DeepSeek's goldens.
 TEST_CASE("CUDA model passes a CPU-made golden of dsv41-tiny-py", "[gpu][cuda_api]") {
   const std::string path = "/tmp/dsv41_tiny_py_cpu_golden.safetensors";
   REQUIRE(golden_tools::write_cpu_golden(kPy, path, 2, 96, 80, 20261130).ok());
   auto g = GModel::load(kPy);
   REQUIRE(g.ok());
-  gpu::HostStateBridge<GModel> bridge(**g);
-  auto rep = golden::run(bridge, path);
+  const auto& gpu_model = **g;
+  auto rep = golden::run(gpu_model, path);
   REQUIRE(rep.ok());
   std::printf("dsv41-tiny-py, CUDA model vs the CPU's golden:\n%s", rep->summary().c_str());
   INFO(rep->summary());
@@ -97,7 +97,7 @@ TEST_CASE("CUDA perplexity of the bundled model matches PyTorch", "[gpu][cuda_ap
     if (n < 2) break;
     auto st = (*g)->new_sequence(int64_t(n));
     REQUIRE(st.ok());
-    cpu::ForwardResult r;
+    ForwardResult r;
     REQUIRE((*g)->forward(*st, std::span<const int32_t>(ids.data() + start, n), r, true).ok());
     for (size_t t = 0; t + 1 < n; ++t) {
       const float* lg = r.logits.data() + t * size_t(V);
@@ -261,7 +261,7 @@ TEST_CASE("CUDA snapshot and rollback", "[gpu][cuda_api]") {
     REQUIRE((*g)->prefill(*b, base).ok());
     auto sn = take_snapshot(**g, *a, block);
     REQUIRE(sn.ok());
-    cpu::ForwardResult fr;
+    ForwardResult fr;
     REQUIRE((*g)->forward(*a, block, fr, true).ok());
     REQUIRE(rollback(**g, *a, *sn, keep).ok());
     CHECK(a->pos == 33 + keep);
@@ -398,8 +398,8 @@ TEST_CASE("CUDA bounded replay and window replay meet the CPU unit by unit", "[g
     u.hc = s.hc_mult;
     ForwardHooks rec = u.record(), frc = u.force();
     SequenceState cs = (*c)->new_sequence(512);
-    cpu::ForwardResult fr;
-    cpu::ForwardOptions fo;
+    ForwardResult fr;
+    ForwardOptions fo;
     fo.bounded_replay = true;
     fo.hooks = &rec;
     REQUIRE((*c)->forward(cs, ids, fr, fo).ok());

@@ -18,8 +18,8 @@ const std::string kDir = std::string(DSV41_TEST_DATA) + "/golden/tiny-ced";
 TEST_CASE("CUDA model passes the golden check on tiny-ced", "[gpu][model]") {
   auto m = CudaModel<>::load(kDir);
   REQUIRE(m.ok());
-  gpu::HostStateBridge<CudaModel<>> bridge(**m);
-  auto rep = golden::run(bridge, kDir + "/golden.safetensors");
+      const auto& gpu_model = **m;
+  auto rep = golden::run(gpu_model, kDir + "/golden.safetensors");
   REQUIRE(rep.ok());
   INFO(rep->summary());
   CHECK(rep->pass);
@@ -42,7 +42,7 @@ TEST_CASE("CUDA model logits follow the CPU model's", "[gpu][model]") {
   SequenceState cs = (*c)->new_sequence(64);
   auto gs = (*g)->new_sequence(64);
   REQUIRE(gs.ok());
-  cpu::ForwardResult fr;
+  ForwardResult fr;
   REQUIRE((*c)->forward(cs, std::span<const int32_t>(ids.data(), P), fr, true).ok());
   lc = fr.logits;
   REQUIRE((*g)->forward(*gs, std::span<const int32_t>(ids.data(), P), fr, true).ok());

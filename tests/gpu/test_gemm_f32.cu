@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include <dsv41/cuda/gemm_f32.cuh>
-#include <dsv41/cuda/model_ops.cuh>
+#include <dsv41/backend/cuda/kernels/gemm_f32.cuh>
+#include <dsv41/backend/cuda/kernels/glue.cuh>
 
 using namespace dsv41;
 using namespace dsv41::gpu;

@@ -134,7 +134,7 @@ TEST_CASE("bad requests are errors and change nothing", "[model]") {
   CHECK(s.code() == Code::invalid_argument);
   CHECK(same_state(st, before));
   CHECK(m.prefill(st, std::vector<int32_t>{}).code() == Code::invalid_argument);
-  cpu::DraftResult dr;
+  DraftResult dr;
   SequenceState fresh = m.new_sequence(8);
   CHECK(m.draft(fresh, 3, dr).code() == Code::invalid_argument);
   auto missing = Model<>::load("/nonexistent-model-dir");

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <random>
 
-#include <dsv41/cpu/attention.hpp>
-#include <dsv41/cpu/ops.hpp>
+#include <dsv41/backend/cpu/csa2_ops.hpp>
+#include <dsv41/backend/cpu/math.hpp>
 #include <dsv41/numeric/quant.hpp>
 
 using namespace dsv41;

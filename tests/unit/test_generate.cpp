@@ -5,9 +5,9 @@
 #include <map>
 #include <numeric>
 
-#include <dsv41/model/generate.hpp>
-#include <dsv41/model/rollback.hpp>
-#include <dsv41/model/sampler.hpp>
+#include <dsv41/runtime/generate.hpp>
+#include <dsv41/runtime/rollback.hpp>
+#include <dsv41/runtime/sampler.hpp>
 
 #include "fixture.hpp"
 
@@ -45,7 +45,7 @@ void require_same_state(const SequenceState& a, const SequenceState& b) {
 // A state that ran ids one position at a time.
 SequenceState sequential(const TinyModel& m, std::span<const int32_t> ids, int64_t cap) {
   SequenceState st = m.new_sequence(cap);
-  cpu::ForwardResult r;
+  ForwardResult r;
   for (int32_t t : ids) REQUIRE(m.forward(st, std::span<const int32_t>(&t, 1), r).ok());
   return st;
 }
@@ -428,7 +428,7 @@ TEST_CASE("generate: speculative greedy equals greedy where a candidate-block ti
   one.chunk = 1;
   REQUIRE(m.prefill(st, prefix, nullptr, one).ok());
   SequenceState alone = st, in_block = st;
-  cpu::ForwardResult ra, rb;
+  ForwardResult ra, rb;
   const std::vector<int32_t> y = {407}, block = {407, 400, 401, 402, 403, 404};
   REQUIRE(m.forward(alone, y, ra).ok());
   REQUIRE(m.forward(in_block, block, rb, true).ok());
@@ -493,7 +493,7 @@ TEST_CASE("rollback: a rolled-back state equals one that ran only the kept ids",
   std::vector<SequenceState> ref;
   {
     SequenceState st = m.new_sequence(64);
-    cpu::ForwardResult r;
+    ForwardResult r;
     ref.push_back(st);
     for (int i = 0; i < 25; ++i) {
       REQUIRE(m.forward(st, std::span(ids).subspan(size_t(i), 1), r).ok());
@@ -509,7 +509,7 @@ TEST_CASE("rollback: a rolled-back state equals one that ran only the kept ids",
         std::vector<int32_t> step(ids.begin() + p0, ids.begin() + p0 + n);
         for (int j = keep; j < n; ++j) step[size_t(j)] = int32_t(400 + j);
         const Snapshot sn = snapshot(m, st, step);
-        cpu::ForwardResult fr;
+        ForwardResult fr;
         REQUIRE(m.forward(st, step, fr, true).ok());
         auto rerun = restore(st, sn, keep);
         REQUIRE(rerun.ok());
@@ -530,7 +530,7 @@ TEST_CASE("rollback: a rolled-back state equals one that ran only the kept ids",
   const std::vector<int32_t> step(ids.begin() + 6, ids.begin() + 10);
   const SequenceState before = st;
   Snapshot sn = snapshot(m, st, step);
-  cpu::ForwardResult fr;
+  ForwardResult fr;
   REQUIRE(m.forward(st, step, fr).ok());
   SequenceState st2 = st;
   CHECK(*restore(st, sn, 2) == 0);

@@ -28,9 +28,9 @@ TEST_CASE("split_replay takes the last min(W, pos) rows and at most N-1 ids befo
   REQUIRE(N1 == 2);
   const auto ids = test::tiny_prompt(40, 2);
   // pos 40: at least W + N − 1 = 10 tokens, at most pos.
-  CHECK(cpu::split_replay(s, 40, std::span(ids).subspan(31)).status().code() == Code::invalid_argument);
-  CHECK(cpu::split_replay(s, 30, ids).status().code() == Code::invalid_argument);
-  auto r = cpu::split_replay(s, 40, std::span(ids).subspan(25));
+  CHECK(split_replay(s, 40, std::span(ids).subspan(31)).status().code() == Code::invalid_argument);
+  CHECK(split_replay(s, 30, ids).status().code() == Code::invalid_argument);
+  auto r = split_replay(s, 40, std::span(ids).subspan(25));
   REQUIRE(r.ok());
   CHECK(r->S == W);
   CHECK(r->rows.data() == ids.data() + 32);
@@ -38,7 +38,7 @@ TEST_CASE("split_replay takes the last min(W, pos) rows and at most N-1 ids befo
   CHECK(r->before.size() == size_t(N1));
   CHECK(r->before.data() == ids.data() + 30);
   // A short sequence: every position is replayed, nothing before.
-  auto q = cpu::split_replay(s, 5, std::span(ids).subspan(0, 5));
+  auto q = split_replay(s, 5, std::span(ids).subspan(0, 5));
   REQUIRE(q.ok());
   CHECK(q->S == 5);
   CHECK(q->before.empty());

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include <dsv41/cuda/std_select.hpp>
+#include <dsv41/backend/cuda/kernels/std_select.hpp>
 
 TEST_CASE("std_select reproduces std::nth_element and std::partial_sort", "[select]") {
   using dsv41::gpu::stdsel::Pair;

@@ -1,7 +1,7 @@
 // TextModel: per-token streaming (id and text), stop strings, cancellation, errors, seeds.
 #include <catch2/catch.hpp>
 
-#include <dsv41/text/text_model.hpp>
+#include <dsv41/runtime/text_model.hpp>
 
 #ifndef DSV41_FIXTURES
 #define DSV41_FIXTURES "tests/data/golden"

@@ -25,7 +25,7 @@
 #include <dsv41/io/safetensors.hpp>
 #include <dsv41/model/model.hpp>
 
-#include "cpu_golden.hpp"
+#include "../../tests/gpu/cpu_golden.hpp"
 
 using namespace dsv41;
 using golden_tools::bf16_bytes;

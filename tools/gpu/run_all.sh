@@ -38,7 +38,7 @@ else
   if [[ ! -f $B/ref_cpu.o || "$(cat $B/ref_cpu.stamp 2>/dev/null)" != "$REF_STAMP" ]]; then
     ( $CXX $CXXFLAGS -c tests/gpu/ref_cpu.cpp -o $B/ref_cpu.o && echo "$REF_STAMP" > $B/ref_cpu.stamp ) & pids+=($!)
   fi
-  $NVCC $NVFLAGS -c tools/gpu/harness.cu -o $B/harness.o & pids+=($!)
+  $NVCC $NVFLAGS -c bench/gpu_harness.cu -o $B/harness.o & pids+=($!)
   for p in "${pids[@]}"; do wait "$p"; done
   $NVCC -gencode=arch=compute_90a,code=sm_90a $B/harness.o $B/ref_cpu.o -o $B/harness
   echo "$ALL_STAMP" > $B/harness.stamp

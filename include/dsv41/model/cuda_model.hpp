@@ -12,11 +12,10 @@
 #include <string>
 #include <vector>
 
-#include <dsv41/model/gpu/forward.hpp>
-#include <dsv41/model/gpu/host_bridge.hpp>
-#include <dsv41/model/gpu/sequence.hpp>
-#include <dsv41/model/gpu/snapshot.hpp>
-#include <dsv41/model/gpu/state_transfer.hpp>
+#include <dsv41/backend/cuda/forward.hpp>
+#include <dsv41/backend/cuda/sequence.hpp>
+#include <dsv41/backend/cuda/snapshot.hpp>
+#include <dsv41/backend/cuda/state_transfer.hpp>
 #include <dsv41/model/model.hpp>
 
 namespace dsv41 {
@@ -70,12 +69,12 @@ class Model<Config, Cuda> {
   Result<State> new_sequence(int64_t max_positions) const { return fwd_->new_sequence(max_positions); }
 
   // Runs ids at the state's next positions in one forward; host logits (every row or the last).
-  Status forward(State& st, std::span<const int32_t> ids, cpu::ForwardResult& out, bool all_logits = false,
+  Status forward(State& st, std::span<const int32_t> ids, ForwardResult& out, bool all_logits = false,
                  const ForwardHooks* hooks = nullptr) const {
     return fwd_->forward(st, ids, out, all_logits, hooks);
   }
   // Device logits [rows, V] (caller-owned, or null), no synchronization.
-  Status forward(State& st, std::span<const int32_t> ids, const cpu::ForwardOptions& opt, float* d_logits) const {
+  Status forward(State& st, std::span<const int32_t> ids, const ForwardOptions& opt, float* d_logits) const {
     return fwd_->forward(st, ids, opt, d_logits);
   }
 
@@ -92,7 +91,7 @@ class Model<Config, Cuda> {
     float* d = reinterpret_cast<float*>(logits.data());
     for (size_t i = 0; i < ids.size(); i += chunk) {
       const size_t n = std::min(chunk, ids.size() - i);
-      cpu::ForwardOptions fo;
+      ForwardOptions fo;
       fo.bounded_replay = opt.bounded_replay;
       const bool last = i + n == ids.size();
       DSV41_TRY(fwd_->forward(st, ids.subspan(i, n), fo, last && last_logits ? d : nullptr));
@@ -155,7 +154,7 @@ class Model<Config, Cuda> {
   }
 
   // DSpark draft after the main model predicted y for the state's next position (host or device outputs).
-  Status draft(const State& st, int32_t y, cpu::DraftResult& out) const { return fwd_->draft(st, y, out); }
+  Status draft(const State& st, int32_t y, DraftResult& out) const { return fwd_->draft(st, y, out); }
   Status draft(const State& st, int32_t y, const gpu::DraftBuffers& out) const { return fwd_->draft(st, y, out); }
 
  private:
@@ -175,7 +174,7 @@ Status rollback(const Model<C, Cuda>& m, gpu::DeviceSequence& st, const gpu::Dev
   auto r = sn.restore(st, keep, m.stream());
   if (!r.ok()) return r.status();
   if (*r == 0) return Status::Ok();
-  return m.forward(st, std::span<const int32_t>(sn.ids.data(), size_t(*r)), cpu::ForwardOptions{}, nullptr);
+  return m.forward(st, std::span<const int32_t>(sn.ids.data(), size_t(*r)), ForwardOptions{}, nullptr);
 }
 
 // The name used before Model<Config, Cuda> existed.

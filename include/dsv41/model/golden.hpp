@@ -247,14 +247,16 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
     rec.b = b;
     const int32_t* seq = ids.data() + size_t(b) * T;
     // 1, 2, 4, 5: units on golden inputs, own top-k, DSpark from golden taps, Engram ids.
-    SequenceState st = model.new_sequence(T);
-    cpu::ForwardResult fr;
+    auto st_r = new_sequence_of(model, T);
+    if (!st_r.ok()) return st_r.status();
+    auto& st = *st_r;
+    ForwardResult fr;
     DSV41_TRY(model.forward(st, std::span<const int32_t>(seq, size_t(P)), fr, false, &hooks));
     for (int t = P; t < T; ++t) {
       DSV41_TRY(model.forward(st, std::span<const int32_t>(seq + t, 1), fr, false, &hooks));
       if (nd > 0) {
         const int32_t y = gi.at("dspark_draft_ids")[(size_t(b) * nd + (t - P)) * (blk + 1)];
-        cpu::DraftResult dr;
+        DraftResult dr;
         DSV41_TRY(model.draft(st, y, dr));
         std::copy(dr.logits.begin(), dr.logits.end(), dl.begin() + (size_t(b) * nd + (t - P)) * blk * V);
         std::copy(dr.confidence.begin(), dr.confidence.end(), dc.begin() + (size_t(b) * nd + (t - P)) * blk);
@@ -262,7 +264,9 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
     }
     // 6: free run, no substitution.
     rec.substitute = false;
-    SequenceState fs = model.new_sequence(T);
+    auto fs_r = new_sequence_of(model, T);
+    if (!fs_r.ok()) return fs_r.status();
+    auto& fs = *fs_r;
     DSV41_TRY(model.forward(fs, std::span<const int32_t>(seq, size_t(P)), fr, true, &hooks));
     std::copy(fr.logits.begin(), fr.logits.end(), free_logits.begin() + size_t(b) * T * V);
     for (int t = P; t < T; ++t) {

@@ -12,12 +12,12 @@
 #include <dsv41/config/parse_config.hpp>
 #include <dsv41/config/presets.hpp>
 #include <dsv41/core/status.hpp>
-#include <dsv41/cpu/forward.hpp>
+#include <dsv41/backend/cpu/forward.hpp>
 #include <dsv41/engram/hash.hpp>
 #include <dsv41/engram/token_map.hpp>
 #include <dsv41/io/safetensors.hpp>
-#include <dsv41/model/state.hpp>
-#include <dsv41/model/weights.hpp>
+#include <dsv41/backend/cpu/sequence.hpp>
+#include <dsv41/blocks/weights.hpp>
 
 namespace dsv41 {
 
@@ -211,7 +211,7 @@ class Model {
   SequenceState new_sequence(int64_t max_positions) const { return SequenceState(shape_, max_positions); }
 
   // Runs ids at the state's next positions in one forward. logits: every row or the last.
-  Status forward(SequenceState& st, std::span<const int32_t> ids, cpu::ForwardResult& out, bool all_logits = false,
+  Status forward(SequenceState& st, std::span<const int32_t> ids, ForwardResult& out, bool all_logits = false,
                  const ForwardHooks* hooks = nullptr) const {
     return fwd_->forward(st, ids, out, all_logits, hooks);
   }
@@ -221,10 +221,10 @@ class Model {
                  const PrefillOptions& opt = {}) const {
     DSV41_TRY(detail::check_prompt(shape_, st.pos, st.max_positions, ids));
     const size_t chunk = opt.chunk > 0 ? size_t(opt.chunk) : ids.size();
-    cpu::ForwardResult r;
+    ForwardResult r;
     for (size_t i = 0; i < ids.size(); i += chunk) {
       const size_t n = std::min(chunk, ids.size() - i);
-      cpu::ForwardOptions fo;
+      ForwardOptions fo;
       fo.bounded_replay = opt.bounded_replay;
       DSV41_TRY(fwd_->forward(st, ids.subspan(i, n), r, fo));
       if (opt.on_chunk && !opt.on_chunk(opt.ctx, int64_t(i + n), int64_t(ids.size())))
@@ -239,7 +239,7 @@ class Model {
   Status decode(std::span<DecodeItem> batch) const {
     for (auto& item : batch) {
       if (!item.state) return error(Code::invalid_argument, "decode: null state");
-      cpu::ForwardResult r;
+      ForwardResult r;
       const int32_t tok = item.token;
       DSV41_TRY(fwd_->forward(*item.state, std::span<const int32_t>(&tok, 1), r));
       if (item.logits) *item.logits = std::move(r.logits);
@@ -247,8 +247,8 @@ class Model {
     return Status::Ok();
   }
 
-  Status forward(SequenceState& st, std::span<const int32_t> ids, cpu::ForwardResult& out,
-                 const cpu::ForwardOptions& opt) const {
+  Status forward(SequenceState& st, std::span<const int32_t> ids, ForwardResult& out,
+                 const ForwardOptions& opt) const {
     return fwd_->forward(st, ids, out, opt);
   }
 
@@ -256,14 +256,14 @@ class Model {
   // rebuilds them from the sequence's last tokens and the stored global KV. last_logits: the last row.
   Status replay_window(SequenceState& st, std::span<const int32_t> recent, std::vector<float>* last_logits = nullptr,
                        const ForwardHooks* hooks = nullptr) const {
-    cpu::ForwardResult r;
+    ForwardResult r;
     DSV41_TRY(fwd_->replay_window(st, recent, r, hooks));
     if (last_logits) *last_logits = std::move(r.logits);
     return Status::Ok();
   }
 
   // DSpark draft after the main model predicted y for the state's next position.
-  Status draft(const SequenceState& st, int32_t y, cpu::DraftResult& out) const { return fwd_->draft(st, y, out); }
+  Status draft(const SequenceState& st, int32_t y, DraftResult& out) const { return fwd_->draft(st, y, out); }
 
  private:
   Model() = default;

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include <dsv41/core/hd.hpp>
+#include <dsv41/core/host_device.hpp>
 
 namespace dsv41::num {
 

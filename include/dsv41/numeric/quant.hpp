@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include <dsv41/core/hd.hpp>
+#include <dsv41/core/host_device.hpp>
 #include <dsv41/numeric/formats.hpp>
 
 namespace dsv41::num {

@@ -1,0 +1,111 @@
+// GPU harness for the device machine, where Catch2 is absent: runs every check of tests/gpu (the same
+// check functions as the Catch2 tests, against the CPU reference linked from tests/gpu/ref_cpu.cpp), then
+// times the kernels at the released shapes and prints the table (bench/gpu_bench.cuh).
+// Usage: harness [--checks-only | --bench-only] [--only=op] [--md=FILE]
+#include <cstring>
+#include <functional>
+
+#include "gpu_bench.cuh"
+#include "../tests/gpu/check_attention.cuh"
+#include "../tests/gpu/check_gemm.cuh"
+#include "../tests/gpu/check_indexer.cuh"
+#include "../tests/gpu/check_mhc.cuh"
+#include "../tests/gpu/check_moe.cuh"
+#include "../tests/gpu/check_norm_quant.cuh"
+
+using namespace dsv41;
+
+int main(int argc, char** argv) {
+  bool checks = true, bench = true;
+  std::string only, md;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--checks-only")) bench = false;
+    else if (!std::strcmp(argv[i], "--bench-only")) checks = false;
+    else if (!std::strncmp(argv[i], "--only=", 7)) only = argv[i] + 7;
+    else if (!std::strncmp(argv[i], "--md=", 5)) md = argv[i] + 5;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    std::printf("no CUDA device\n");
+    return 2;
+  }
+  std::printf("device: %s, %d SMs, L2 %d MB, cc %d.%d\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
+              prop.major, prop.minor);
+  int failed = 0, passed = 0;
+  std::vector<std::string> lines;
+  if (checks) {
+    const std::vector<std::pair<std::string, std::function<std::vector<gputest::CheckResult>()>>> all = {
+        {"rmsnorm", gputest::cases_rmsnorm}, {"act_quant", gputest::cases_act_quant}, {"gemm", gputest::cases_gemm},
+        {"attention", gputest::cases_attention}, {"indexer", gputest::cases_indexer}, {"mhc", gputest::cases_mhc},
+        {"moe", gputest::cases_moe}};
+    for (const auto& [name, fn] : all) {
+      if (!only.empty() && only != name) continue;
+      try {
+        for (const auto& r : fn()) {
+          std::printf("%s\n", r.summary().c_str());
+          std::fflush(stdout);
+          lines.push_back(r.summary());
+          (r.pass ? passed : failed)++;
+        }
+      } catch (const std::exception& e) {
+        std::printf("%-10s ERROR %s\n", name.c_str(), e.what());
+        lines.push_back(name + " ERROR " + e.what());
+        ++failed;
+        cudaGetLastError();
+      }
+    }
+    std::printf("checks: %d passed, %d failed\n", passed, failed);
+  }
+  std::vector<gpubench::Row> rows;
+  if (bench) {
+    auto run = [&](const char* name, const std::function<void()>& f) {
+      if (!only.empty() && only != name) return;
+      try { f(); } catch (const std::exception& e) {
+        std::printf("bench %s ERROR %s\n", name, e.what());
+        ++failed;
+        cudaGetLastError();
+      }
+      std::fflush(stdout);
+    };
+    using namespace gpubench;
+    run("copy", [&] { rows.push_back(bench_copy()); });
+    run("rmsnorm", [&] { rows.push_back(bench_rmsnorm(4, 5120)); rows.push_back(bench_rmsnorm(2048, 5120)); });
+    run("act_quant", [&] { rows.push_back(bench_act_quant(2048, 5120)); });
+    run("gemm", [&] {
+      rows.push_back(bench_gemm("wq_a", 4, 1280, 5120));
+      rows.push_back(bench_gemm("wq_b", 4, 32768, 1280));
+      rows.push_back(bench_gemm("wkv", 4, 512, 5120));
+      rows.push_back(bench_gemm("wo_b", 4, 5120, 8192));
+      rows.push_back(bench_gemm("wq_b", 64, 32768, 1280));
+      rows.push_back(bench_gemm("wq_a", 2048, 1280, 5120));
+      rows.push_back(bench_gemm("wq_b", 2048, 32768, 1280));
+      rows.push_back(bench_gemm("wo_b", 2048, 5120, 8192));
+    });
+    run("attention", [&] { rows.push_back(bench_attention(4)); rows.push_back(bench_attention(2048)); });
+    run("indexer", [&] {
+      for (auto& r : bench_indexer(4, 65536)) rows.push_back(r);
+      for (auto& r : bench_indexer(256, 65536)) rows.push_back(r);
+    });
+    run("mhc", [&] { rows.push_back(bench_mhc(4)); rows.push_back(bench_mhc(2048)); });
+    run("moe", [&] {
+      MoeBench mb;
+      rows.push_back(mb.run(8));
+      rows.push_back(mb.run(64));
+      rows.push_back(mb.run(2048));
+    });
+    std::printf("\n");
+    print_rows(rows, stdout);
+  }
+  if (!md.empty()) {  // appended: run_all.sh runs one op per process (a device fault stays in its process)
+    if (FILE* f = std::fopen(md.c_str(), "a")) {
+      for (const auto& l : lines) std::fprintf(f, "    %s\n", l.c_str());
+      if (!rows.empty()) {
+        std::fseek(f, 0, SEEK_END);
+        gpubench::print_rows(rows, f);
+      }
+      std::fclose(f);
+    }
+  }
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}

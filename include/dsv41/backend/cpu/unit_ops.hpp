@@ -1,0 +1,113 @@
+// One layer unit on the CPU: Engram (SPEC §4.7), the mHC block around attention and MoE (§4.1, §4.6).
+#pragma once
+#include <cmath>
+#include <vector>
+
+#include <dsv41/backend/cpu/csa2_ops.hpp>
+#include <dsv41/backend/cpu/math.hpp>
+
+namespace dsv41::cpu {
+
+// §4.7 Engram on all streams of H [S, hc, d]; ids [S, cols] are this layer's table rows.
+inline void engram(const ModelShape& s, const LayerWeights& w, const int64_t* ids, int ids_stride,
+                   const int32_t* tokens, float* H, int S) {
+  const int hc = s.hc_mult, d = s.hidden_size, hd = s.engram_head_dim, cols = s.n_engram_cols();
+  std::vector<float> rows(size_t(S) * cols * hd);
+  for (int t = 0; t < S; ++t)
+    for (int c = 0; c < cols; ++c) {
+      const int64_t rid = ids[size_t(t) * ids_stride + c];
+      float* dst = rows.data() + (size_t(t) * cols + c) * hd;
+      if (rid < 0 || rid >= w.engram_rows) { std::fill(dst, dst + hd, 0.f); continue; }
+      const uint8_t* q = w.engram_table + size_t(rid) * hd;
+      const uint8_t* sc = w.engram_table_scale + size_t(rid) * (hd / 32);
+      for (int i = 0; i < hd; ++i) dst[i] = bf16(num::e4m3_to_f32(q[i]) * num::ue8m0_to_f32(sc[i / 32]));
+    }
+  std::vector<float> kv(size_t(S) * (hc + 1) * d);
+  linear(w.engram_wkv, rows.data(), S, kv.data());
+  const float eps = float(s.rms_norm_eps), inv_sqrt_d = float(std::pow(double(d), -0.5));
+  for (int t = 0; t < S; ++t) {
+    const bool image = s.image_token_id >= 0 && tokens[t] == s.image_token_id;
+    const float* value = kv.data() + (size_t(t) * (hc + 1) + hc) * d;
+    for (int k = 0; k < hc; ++k) {
+      float* h = H + (size_t(t) * hc + k) * d;
+      const float* key = kv.data() + (size_t(t) * (hc + 1) + k) * d;
+      const float* wk = w.engram_qk.data() + size_t(k) * d;
+      float hh = 0.f, kk = 0.f, dot = 0.f;
+      for (int i = 0; i < d; ++i) { hh += h[i] * h[i]; kk += key[i] * key[i]; dot += h[i] * wk[i] * key[i]; }
+      const float rstd = (1.0f / std::sqrt(hh / d + eps)) * (1.0f / std::sqrt(kk / d + eps));
+      dot = dot * rstd * inv_sqrt_d;
+      const float mag = std::sqrt(std::max(std::fabs(dot), 1e-6f));
+      float gate = 1.f / (1.f + std::exp(-std::copysign(mag, dot)));
+      if (image) gate = 0.f;
+      for (int i = 0; i < d; ++i) h[i] = bf16(h[i] + gate * value[i]);
+    }
+  }
+}
+
+// §4.6 MoE on x [S, d] (BF16 values); out [S, d] BF16.
+inline void moe(const ModelShape& s, const LayerRole& role, const LayerWeights& w, const float* x,
+                const int32_t* tokens, int S, float* out) {
+  const int d = s.hidden_size, E = role.n_experts, k = role.top_k;
+  std::vector<float> logits(size_t(S) * E);
+  linear(w.gate, x, S, logits.data(), Lin::F32);
+  std::vector<int> sel(size_t(S) * k);
+  std::vector<float> wt(size_t(S) * k);
+  for (int t = 0; t < S; ++t) {
+    const bool image = !w.gate_bias_vl.empty() && s.image_token_id >= 0 && tokens && tokens[t] == s.image_token_id;
+    const float* bias = image ? w.gate_bias_vl.data() : w.gate_bias.data();
+    route(logits.data() + size_t(t) * E, bias, E, k, s.norm_topk_prob, float(s.routed_scaling_factor),
+          sel.data() + size_t(t) * k, wt.data() + size_t(t) * k);
+  }
+  std::vector<float> y(size_t(S) * d, 0.f);
+  const float lim = float(s.swiglu_limit);
+  for (int e = 0; e < E; ++e) {
+    std::vector<int> rows;
+    std::vector<float> rw;
+    for (int t = 0; t < S; ++t)
+      for (int i = 0; i < k; ++i)
+        if (sel[size_t(t) * k + i] == e) { rows.push_back(t); rw.push_back(wt[size_t(t) * k + i]); }
+    if (rows.empty()) continue;
+    const int M = int(rows.size());
+    std::vector<float> xs(size_t(M) * d), ys(size_t(M) * d);
+    for (int m = 0; m < M; ++m) std::copy_n(x + size_t(rows[m]) * d, d, xs.data() + size_t(m) * d);
+    expert_ffn(w.experts[e], xs.data(), M, rw.data(), lim, ys.data());
+    for (int m = 0; m < M; ++m)
+      for (int i = 0; i < d; ++i) y[size_t(rows[m]) * d + i] += ys[size_t(m) * d + i];
+  }
+  std::vector<float> sh(size_t(S) * d);
+  expert_ffn(w.shared, x, S, nullptr, lim, sh.data());
+  for (size_t i = 0; i < y.size(); ++i) out[i] = bf16(y[i] + sh[i]);
+}
+
+// The attention step of a block: maps normalized inputs x [S, d] to the sub-layer output [S, d].
+// Backbone layers use cpu::attention; DSpark stages supply their own.
+template <class AttnFn>
+inline void block(const ModelShape& s, const LayerRole& role, const LayerWeights& w, float* H, float* pre,
+                  const int32_t* tokens, int S, AttnFn&& attn) {
+  const int hc = s.hc_mult, d = s.hidden_size;
+  const float eps = float(s.rms_norm_eps), hce = float(s.hc_eps);
+  const int it = s.hc_sinkhorn_iters;
+  std::vector<HcMix> mixA(static_cast<size_t>(S)), mixF(static_cast<size_t>(S));
+  std::vector<float> xa(size_t(S) * d), tmp(static_cast<size_t>(d)), a(size_t(S) * d);
+  for (int t = 0; t < S; ++t) {
+    const float* Ht = H + size_t(t) * hc * d;
+    mixA[t] = hc_mixes(Ht, hc, d, w.hc_attn, eps, it, hce);
+    hc_pre(Ht, pre + size_t(t) * hc, hc, d, tmp.data());
+    rmsnorm(tmp.data(), w.attn_norm.data(), 1, d, eps, xa.data() + size_t(t) * d);
+  }
+  attn(xa.data(), a.data());
+  std::vector<float> H1(size_t(S) * hc * d), xf(size_t(S) * d), f(size_t(S) * d);
+  for (int t = 0; t < S; ++t) {
+    hc_post(a.data() + size_t(t) * d, H + size_t(t) * hc * d, mixA[t], hc, d, H1.data() + size_t(t) * hc * d);
+    mixF[t] = hc_mixes(H1.data() + size_t(t) * hc * d, hc, d, w.hc_ffn, eps, it, hce);
+    hc_pre(H1.data() + size_t(t) * hc * d, mixA[t].pre.data(), hc, d, tmp.data());
+    rmsnorm(tmp.data(), w.ffn_norm.data(), 1, d, eps, xf.data() + size_t(t) * d);
+  }
+  moe(s, role, w, xf.data(), tokens, S, f.data());
+  for (int t = 0; t < S; ++t) {
+    hc_post(f.data() + size_t(t) * d, H1.data() + size_t(t) * hc * d, mixF[t], hc, d, H + size_t(t) * hc * d);
+    std::copy(mixF[t].pre.begin(), mixF[t].pre.end(), pre + size_t(t) * hc);
+  }
+}
+
+}  // namespace dsv41::cpu

@@ -1,0 +1,332 @@
+// SPEC §4.6 MoE on the GPU: gate (BF16 weights, FP32 out), sqrt-softplus routing with bias, top-k (ties to
+// the lower expert id), routing weights; token assignments sorted per expert with CUB (stable radix sort,
+// histogram, exclusive scan); a row-tile list per expert; grouped FP4 expert GEMMs (w1/w3 fused with the
+// SwiGLU clamp and the routing weight, then w2); the shared expert (FP8); the combine sums each token's
+// expert outputs in ascending expert id and adds the shared expert, as cpu::moe does.
+#pragma once
+#include <cub/device/device_histogram.cuh>
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include <dsv41/backend/cuda/kernels/common.cuh>
+#include <dsv41/backend/cuda/kernels/gemm.cuh>
+#include <dsv41/backend/cuda/kernels/quant.cuh>
+
+namespace dsv41::gpu {
+
+struct MoeShape {
+  int T = 0;      // tokens
+  int d = 0;      // hidden
+  int E = 0;      // routed experts (≤ 1024)
+  int k = 0;      // experts per token (≤ 8)
+  int I = 0;      // expert inner width
+  float route_scale = 1.f;
+  float limit = 0.f;
+  bool norm_topk = true;
+};
+
+struct MoeWeights {
+  const bf16_t* gate = nullptr;  // [E, d]
+  const float* bias = nullptr;   // [E]
+  WeightRef w1, w3, w2;          // routed experts, FP4, group stride = one expert
+  WeightRef s1, s3, s2;          // shared expert, FP8
+  // Image tokens route with bias_vl (SPEC §4.6) when bias_vl, tokens and image_token_id ≥ 0 are given.
+  const float* bias_vl = nullptr;   // [E]
+  const int32_t* tokens = nullptr;  // [T] token ids (device)
+  int image_token_id = -1;
+};
+
+// Views into one caller-owned workspace.
+struct MoeWork {
+  uint8_t* xc; uint8_t* xe;          // act quant of x [T, d]
+  float* logits;                     // [T, E]
+  int* sel; float* wts;              // [T, k]
+  uint32_t* keys; uint32_t* keys_sorted; int* vals; int* vals_sorted;  // [P]
+  int* counts; int* offsets;         // [E], [E]
+  RowTile* tiles; int* n_tiles;      // [max_tiles], [1]
+  int* row_src; float* row_w; int* pos_of;  // [P]
+  bf16_t* h; uint8_t* hc; uint8_t* he;       // [P, I]
+  bf16_t* ys;                        // [P, d]
+  bf16_t* hs; uint8_t* hsc; uint8_t* hse;    // shared: [T, I]
+  bf16_t* sh;                        // [T, d]
+  float* gemm_ws; size_t gemm_ws_bytes;
+  void* cub_tmp; size_t cub_sort_bytes, cub_hist_bytes, cub_scan_bytes;
+  int max_tiles;
+};
+
+namespace detail {
+
+constexpr int kMoeTile = 16;  // rows per expert tile (the skinny kernel's 2-tile variant)
+inline int moe_max_tiles(const MoeShape& s) { return ceil_div(s.T * s.k, kMoeTile) + std::min(s.E, s.T * s.k); }
+inline int bits_for(int E) { int b = 1; while ((1 << b) < E) ++b; return b; }
+
+// Walks the workspace layout; with base == nullptr only counts bytes.
+inline size_t moe_layout(const MoeShape& s, uint8_t* base, MoeWork* w) {
+  const int64_t T = s.T, P = int64_t(s.T) * s.k, d = s.d, I = s.I, E = s.E;
+  const int max_tiles = moe_max_tiles(s);
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    off = (off + 255) & ~size_t(255);
+    uint8_t* p = base ? base + off : nullptr;
+    off += bytes;
+    return p;
+  };
+  MoeWork v{};
+  v.xc = take(T * d); v.xe = take(T * d / 32);
+  v.logits = reinterpret_cast<float*>(take(T * E * 4));
+  v.sel = reinterpret_cast<int*>(take(P * 4)); v.wts = reinterpret_cast<float*>(take(P * 4));
+  v.keys = reinterpret_cast<uint32_t*>(take(P * 4)); v.keys_sorted = reinterpret_cast<uint32_t*>(take(P * 4));
+  v.vals = reinterpret_cast<int*>(take(P * 4)); v.vals_sorted = reinterpret_cast<int*>(take(P * 4));
+  v.counts = reinterpret_cast<int*>(take(E * 4)); v.offsets = reinterpret_cast<int*>(take(E * 4));
+  v.tiles = reinterpret_cast<RowTile*>(take(size_t(max_tiles) * sizeof(RowTile)));
+  v.n_tiles = reinterpret_cast<int*>(take(4));
+  v.row_src = reinterpret_cast<int*>(take(P * 4)); v.row_w = reinterpret_cast<float*>(take(P * 4));
+  v.pos_of = reinterpret_cast<int*>(take(P * 4));
+  v.h = reinterpret_cast<bf16_t*>(take(P * I * 2)); v.hc = take(P * I); v.he = take(P * I / 32);
+  v.ys = reinterpret_cast<bf16_t*>(take(P * d * 2));
+  v.hs = reinterpret_cast<bf16_t*>(take(T * I * 2)); v.hsc = take(T * I); v.hse = take(T * I / 32);
+  v.sh = reinterpret_cast<bf16_t*>(take(T * d * 2));
+  v.gemm_ws_bytes = std::max({gemm_workspace_bytes(s.T, s.E, s.d), 2 * gemm_workspace_bytes(s.T, s.I, s.d),
+                              gemm_workspace_bytes(s.T, s.d, s.I)});
+  v.gemm_ws = reinterpret_cast<float*>(take(v.gemm_ws_bytes));
+  // CUB temporary storage sizes (host-only queries, no device work).
+  v.cub_sort_bytes = v.cub_hist_bytes = v.cub_scan_bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, v.cub_sort_bytes, v.keys, v.keys_sorted, v.vals, v.vals_sorted, int(P), 0,
+                                  bits_for(s.E));
+  cub::DeviceHistogram::HistogramEven(nullptr, v.cub_hist_bytes, v.keys_sorted, v.counts, s.E + 1, 0u,
+                                      uint32_t(s.E), int(P));
+  cub::DeviceScan::ExclusiveSum(nullptr, v.cub_scan_bytes, v.counts, v.offsets, s.E);
+  v.cub_tmp = take(std::max({v.cub_sort_bytes, v.cub_hist_bytes, v.cub_scan_bytes}));
+  v.max_tiles = max_tiles;
+  if (w) *w = v;
+  return off + 256;
+}
+
+// Gate logits, FP32: one warp per (token, expert), FMA over bf16 values (exact products).
+template <int = 0>
+__global__ void gate_simple_kernel(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, int T, int E, int d,
+                                   float* __restrict__ logits) {
+  const int64_t wid = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (wid >= int64_t(T) * E) return;
+  const int t = int(wid / E), e = int(wid % E);
+  float acc = 0.f;
+  for (int i = lane; i < d; i += 32) acc = fmaf(bf2f(x[int64_t(t) * d + i]), bf2f(w[int64_t(e) * d + i]), acc);
+  acc = warp_sum(acc);
+  if (lane == 0) logits[wid] = acc;
+}
+
+__device__ __forceinline__ float softplus_ref(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+
+// One warp per token: scores, top-k of score + bias (ties to the lower id), weights; sort keys/values.
+template <int = 0>
+__global__ void route_kernel(const float* __restrict__ logits, const float* __restrict__ bias_text, int T, int E, int k,
+                             bool norm, float scale, int* __restrict__ sel, float* __restrict__ wts,
+                             uint32_t* __restrict__ keys, int* __restrict__ vals, const float* __restrict__ bias_vl,
+                             const int32_t* __restrict__ tokens, int image_id) {
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+  if (warp >= T) return;
+  const bool image = bias_vl && tokens && image_id >= 0 && tokens[warp] == image_id;
+  const float* bias = image ? bias_vl : bias_text;
+  constexpr int MAXE = 32;  // E ≤ 1024
+  float s[MAXE], b[MAXE];
+  const float* l = logits + int64_t(warp) * E;
+#pragma unroll
+  for (int i = 0; i < MAXE; ++i) {
+    const int e = lane + 32 * i;
+    if (e < E) {
+      s[i] = __fsqrt_rn(softplus_ref(l[e]));
+      b[i] = __fadd_rn(s[i], bias[e]);
+    } else {
+      s[i] = 0.f;
+      b[i] = -INFINITY;
+    }
+  }
+  uint32_t taken = 0;
+  float w_sel[8];
+  int e_sel[8];
+  for (int r = 0; r < k; ++r) {
+    float best = -INFINITY, bs = 0.f;
+    int be = 0x7fffffff;
+#pragma unroll
+    for (int i = 0; i < MAXE; ++i) {
+      const int e = lane + 32 * i;
+      if (e < E && !(taken >> i & 1u) && (b[i] > best || (b[i] == best && e < be))) { best = b[i]; be = e; bs = s[i]; }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+      const float os = __shfl_xor_sync(0xffffffffu, bs, o);
+      if (ob > best || (ob == best && oe < be)) { best = ob; be = oe; bs = os; }
+    }
+    if ((be & 31) == lane) taken |= 1u << (be >> 5);
+    e_sel[r < 8 ? r : 7] = be;
+    w_sel[r < 8 ? r : 7] = bs;
+  }
+  if (lane == 0) {
+    float sum = 0.f;
+    for (int r = 0; r < k; ++r) sum = __fadd_rn(sum, w_sel[r]);
+    for (int r = 0; r < k; ++r) {
+      float w = w_sel[r];
+      if (norm && k > 1) w = __fdiv_rn(w, __fadd_rn(sum, 1e-20f));
+      w = __fmul_rn(w, scale);
+      const int a = warp * k + r;
+      sel[a] = e_sel[r];
+      wts[a] = w;
+      keys[a] = uint32_t(e_sel[r]);
+      vals[a] = a;
+    }
+  }
+}
+
+// One block: tiles of ≤ kMoeTile rows per expert, in expert order.
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) moe_tiles_kernel(const int* __restrict__ counts,
+                                                            const int* __restrict__ offsets, int E,
+                                                            RowTile* __restrict__ tiles, int* __restrict__ n_tiles) {
+  using Scan = cub::BlockScan<int, THREADS>;
+  __shared__ typename Scan::TempStorage tmp;
+  constexpr int PER = 1024 / THREADS;
+  int cnt[PER], nt[PER], local = 0;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int e = threadIdx.x * PER + i;
+    cnt[i] = e < E ? counts[e] : 0;
+    nt[i] = (cnt[i] + kMoeTile - 1) / kMoeTile;
+    local += nt[i];
+  }
+  int start, total;
+  Scan(tmp).ExclusiveSum(local, start, total);
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int e = threadIdx.x * PER + i;
+    for (int c = 0; c < nt[i]; ++c) {
+      RowTile rt;
+      rt.group = e;
+      rt.row0 = offsets[e] + kMoeTile * c;
+      rt.rows = min(kMoeTile, cnt[i] - kMoeTile * c);
+      rt.pad = 0;
+      tiles[start++] = rt;
+    }
+  }
+  if (threadIdx.x == 0) *n_tiles = total;
+}
+
+template <int = 0>
+__global__ void moe_rows_kernel(const int* __restrict__ vals_sorted, const float* __restrict__ wts, int P, int k,
+                                int* __restrict__ row_src, float* __restrict__ row_w, int* __restrict__ pos_of) {
+  const int p = blockIdx.x * blockDim.x + threadIdx.x;
+  if (p >= P) return;
+  const int a = vals_sorted[p];
+  row_src[p] = a / k;
+  row_w[p] = wts[a];
+  pos_of[a] = p;
+}
+
+// out[t] = bf16((Σ over t's experts in ascending id of ys) + sh[t]).
+template <int = 0>
+__global__ void moe_combine_kernel(const int* __restrict__ sel, const int* __restrict__ pos_of,
+                                   const bf16_t* __restrict__ ys, const bf16_t* __restrict__ sh, int k, int d,
+                                   bf16_t* __restrict__ out) {
+  const int tok = blockIdx.y;
+  const int i = (blockIdx.x * blockDim.x + threadIdx.x) * 2;
+  if (i >= d) return;
+  int e[8], pos[8];
+  for (int r = 0; r < k; ++r) { e[r] = sel[tok * k + r]; pos[r] = pos_of[tok * k + r]; }
+  for (int r = 1; r < k; ++r)  // insertion sort by expert id
+    for (int q = r; q > 0 && e[q - 1] > e[q]; --q) {
+      const int te = e[q]; e[q] = e[q - 1]; e[q - 1] = te;
+      const int tp = pos[q]; pos[q] = pos[q - 1]; pos[q - 1] = tp;
+    }
+  float a0 = 0.f, a1 = 0.f;
+  for (int r = 0; r < k; ++r) {
+    const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(ys + int64_t(pos[r]) * d + i);
+    a0 = __fadd_rn(a0, __low2float(v));
+    a1 = __fadd_rn(a1, __high2float(v));
+  }
+  const __nv_bfloat162 s = *reinterpret_cast<const __nv_bfloat162*>(sh + int64_t(tok) * d + i);
+  *reinterpret_cast<uint32_t*>(out + int64_t(tok) * d + i) =
+      pack_bf16x2(__fadd_rn(a0, __low2float(s)), __fadd_rn(a1, __high2float(s)));
+}
+
+}  // namespace detail
+
+// Bytes of the workspace moe() needs for this shape.
+inline size_t moe_workspace_bytes(const MoeShape& s) { return detail::moe_layout(s, nullptr, nullptr); }
+
+// out [T, d] = MoE(x [T, d]); x rows contiguous. Writes sel/weights into the workspace (MoeWork views
+// available through moe_work()).
+inline MoeWork moe_work(const MoeShape& s, void* workspace) {
+  MoeWork w{};
+  detail::moe_layout(s, static_cast<uint8_t*>(workspace), &w);
+  return w;
+}
+
+inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_t* out, void* workspace,
+                  size_t workspace_bytes, cudaStream_t stream) {
+  if (s.T < 0 || s.E <= 0 || s.E > 1024 || s.k <= 0 || s.k > 8 || s.k > s.E || s.d % 64 || s.I % 64)
+    return bad_arg("moe: bad shape");
+  if (s.T == 0) return Status::Ok();
+  if (workspace_bytes < moe_workspace_bytes(s)) return bad_arg("moe: workspace too small");
+  MoeWork w = moe_work(s, workspace);
+  const int T = s.T, P = s.T * s.k;
+  // 1. quantize x, gate logits in FP32, routing.
+  DSV41_TRY(act_quant_fp8(x, s.d, T, s.d, w.xc, w.xe, nullptr, stream));
+  // Gate logits in FP32 on the CUDA cores (exact products, FP32 sums): the BF16 tensor-core GEMM's
+  // truncated accumulation moved logits by up to 3.4e-4 relative, enough to flip near-tied routing.
+  detail::gate_simple_kernel<<<unsigned(ceil_div64(int64_t(T) * s.E * 32, 256)), 256, 0, stream>>>(x, W.gate, T, s.E,
+                                                                                                  s.d, w.logits);
+  DSV41_TRY(launch_status("moe gate"));
+  detail::route_kernel<<<ceil_div(T, 4), 128, 0, stream>>>(w.logits, W.bias, T, s.E, s.k, s.norm_topk,
+                                                            s.route_scale, w.sel, w.wts, w.keys, w.vals, W.bias_vl,
+                                                            W.tokens, W.image_token_id);
+  DSV41_TRY(launch_status("moe route"));
+  // 2. sort assignments by expert (stable), counts and offsets, tiles.
+  size_t bytes = w.cub_sort_bytes;
+  DSV41_CUDA_TRY(cub::DeviceRadixSort::SortPairs(w.cub_tmp, bytes, w.keys, w.keys_sorted, w.vals, w.vals_sorted, P, 0,
+                                                 detail::bits_for(s.E), stream),
+                 "moe sort");
+  bytes = w.cub_hist_bytes;
+  DSV41_CUDA_TRY(cub::DeviceHistogram::HistogramEven(w.cub_tmp, bytes, w.keys_sorted, w.counts, s.E + 1, 0u,
+                                                     uint32_t(s.E), P, stream),
+                 "moe histogram");
+  bytes = w.cub_scan_bytes;
+  DSV41_CUDA_TRY(cub::DeviceScan::ExclusiveSum(w.cub_tmp, bytes, w.counts, w.offsets, s.E, stream), "moe scan");
+  detail::moe_tiles_kernel<256><<<1, 256, 0, stream>>>(w.counts, w.offsets, s.E, w.tiles, w.n_tiles);
+  DSV41_TRY(launch_status("moe tiles"));
+  detail::moe_rows_kernel<<<ceil_div(P, 256), 256, 0, stream>>>(w.vals_sorted, w.wts, P, s.k, w.row_src, w.row_w,
+                                                                 w.pos_of);
+  DSV41_TRY(launch_status("moe rows"));
+  // 3. routed experts: h = SwiGLU(w1, w3) with routing weight, then ys = w2(act_quant(h)).
+  SkinnyParams p1;
+  p1.w1 = W.w1; p1.w3 = W.w3; p1.N = s.I; p1.K = s.d; p1.xc = w.xc; p1.xe = w.xe;
+  p1.row_src = w.row_src; p1.row_weight = w.row_w; p1.tiles = w.tiles; p1.n_tiles = w.n_tiles;
+  p1.M = P; p1.y = w.h; p1.ldy = s.I; p1.limit = s.limit;
+  const int max_rows = detail::kMoeTile;
+  DSV41_TRY((gemm_skinny<WFmt::FP4, true>(p1, w.max_tiles, max_rows, stream)));
+  DSV41_TRY(act_quant_fp8(w.h, s.I, P, s.I, w.hc, w.he, nullptr, stream));
+  SkinnyParams p2;
+  p2.w1 = W.w2; p2.N = s.d; p2.K = s.I; p2.xc = w.hc; p2.xe = w.he; p2.tiles = w.tiles; p2.n_tiles = w.n_tiles;
+  p2.M = P; p2.y = w.ys; p2.ldy = s.d;
+  DSV41_TRY((gemm_skinny<WFmt::FP4, false>(p2, w.max_tiles, max_rows, stream)));
+  // 4. shared expert (no routing weight).
+  SkinnyParams q1;
+  q1.w1 = W.s1; q1.w3 = W.s3; q1.N = s.I; q1.K = s.d; q1.xc = w.xc; q1.xe = w.xe; q1.M = T; q1.y = w.hs;
+  q1.ldy = s.I; q1.limit = s.limit;
+  const int ks = detail::skinny_ksplit(T, s.I, s.d);  // split-K at decode, SwiGLU applied after the reduce
+  if (ks > 1 && w.gemm_ws_bytes >= 2 * size_t(ks) * T * s.I * sizeof(float)) {
+    q1.ksplit = ks;
+    q1.partial = w.gemm_ws;
+  }
+  DSV41_TRY((gemm_skinny<WFmt::FP8, true>(q1, 0, T, stream)));
+  if (q1.ksplit > 1) DSV41_TRY(swiglu_splitk_reduce(q1, stream));
+  DSV41_TRY(act_quant_fp8(w.hs, s.I, T, s.I, w.hsc, w.hse, nullptr, stream));
+  DSV41_TRY(gemm_fp8(w.hsc, w.hse, T, W.s2.w, W.s2.s, s.d, s.I, w.sh, s.d, w.gemm_ws, w.gemm_ws_bytes, stream));
+  // 5. combine.
+  dim3 grid(ceil_div(s.d / 2, 256), T);
+  detail::moe_combine_kernel<<<grid, 256, 0, stream>>>(w.sel, w.pos_of, w.ys, w.sh, s.k, s.d, out);
+  return launch_status("moe combine");
+}
+
+}  // namespace dsv41::gpu

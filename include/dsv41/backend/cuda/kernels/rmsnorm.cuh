@@ -1,0 +1,70 @@
+// SPEC §3.1 RMSNorm on the GPU: y = bf16(w · (x · rsqrt(mean(x²) + eps))), FP32 inside, one rounding.
+// Matches cpu::rmsnorm up to the order of the sum of squares (see tests/gpu/test_rmsnorm.cu for the bound).
+#pragma once
+#include <dsv41/backend/cuda/kernels/common.cuh>
+
+namespace dsv41::gpu {
+
+namespace detail {
+template <int MAXV>  // 8-element vectors per thread
+__global__ void __launch_bounds__(256) rmsnorm_kernel(const bf16_t* __restrict__ x, int64_t ldx,
+                                                      const float* __restrict__ w, int n, float eps,
+                                                      bf16_t* __restrict__ y, int64_t ldy) {
+  const bf16_t* xr = x + int64_t(blockIdx.x) * ldx;
+  bf16_t* yr = y + int64_t(blockIdx.x) * ldy;
+  uint4 v[MAXV];
+  float ss = 0.f;
+#pragma unroll
+  for (int c = 0; c < MAXV; ++c) {
+    const int i = (threadIdx.x + c * blockDim.x) * 8;
+    if (i < n) {
+      v[c] = *reinterpret_cast<const uint4*>(xr + i);
+      const bf16_t* e = reinterpret_cast<const bf16_t*>(&v[c]);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const float f = bf2f(e[k]);
+        ss = fmaf(f, f, ss);
+      }
+    }
+  }
+  __shared__ float red[32];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float s = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+    s = warp_sum(s);
+    if (threadIdx.x == 0) red[0] = s;
+  }
+  __syncthreads();
+  const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(red[0], float(n)), eps)));
+#pragma unroll
+  for (int c = 0; c < MAXV; ++c) {
+    const int i = (threadIdx.x + c * blockDim.x) * 8;
+    if (i < n) {
+      const bf16_t* e = reinterpret_cast<const bf16_t*>(&v[c]);
+      const float4 w0 = *reinterpret_cast<const float4*>(w + i), w1 = *reinterpret_cast<const float4*>(w + i + 4);
+      const float ww[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+      uint4 o;
+      uint32_t* op = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        op[k] = pack_bf16x2(__fmul_rn(ww[2 * k], __fmul_rn(bf2f(e[2 * k]), rs)),
+                            __fmul_rn(ww[2 * k + 1], __fmul_rn(bf2f(e[2 * k + 1]), rs)));
+      *reinterpret_cast<uint4*>(yr + i) = o;
+    }
+  }
+}
+}  // namespace detail
+
+// rows × n; n % 8 == 0, n ≤ 8192; rows 16-byte aligned (ldx, ldy multiples of 8).
+inline Status rmsnorm(const bf16_t* x, int64_t ldx, const float* w, int rows, int n, float eps, bf16_t* y,
+                      int64_t ldy, cudaStream_t stream) {
+  if (rows < 0 || n <= 0 || n % 8 || n > 8192 || ldx % 8 || ldy % 8) return bad_arg("rmsnorm: bad shape");
+  if (rows == 0) return Status::Ok();
+  const int threads = n >= 2048 ? 256 : ((n / 8 + 31) / 32) * 32;
+  detail::rmsnorm_kernel<4><<<rows, threads, 0, stream>>>(x, ldx, w, n, eps, y, ldy);
+  return launch_status("rmsnorm");
+}
+
+}  // namespace dsv41::gpu

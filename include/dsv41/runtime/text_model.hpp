@@ -1,0 +1,181 @@
+// Text in, text out on top of a Model: tokenizer, the V4.1 prompt format, generation with stop strings
+// and streaming UTF-8 pieces (never half a character), and the parse of the answer. Host-only.
+#pragma once
+#include <algorithm>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <dsv41/core/status.hpp>
+#include <dsv41/runtime/generate.hpp>
+#include <dsv41/model/model.hpp>
+#include <dsv41/text/chat_format.hpp>
+#include <dsv41/text/tokenizer.hpp>
+
+namespace dsv41::text {
+
+struct TextOptions {
+  int max_tokens = 256;
+  SamplingParams sampling;
+  std::vector<std::string> stop;       // stop strings (not included in the text)
+  bool speculative = false;            // DSpark drafting, lossless
+  int prefill_chunk = 0;
+  bool bounded_replay = false;
+  // Called once per generated token with its id and the text that became final with it (valid UTF-8;
+  // empty while bytes are held back for an incomplete character or a possible stop string), and once
+  // more with id −1 for what the end of generation releases. Return false to cancel.
+  bool (*on_text)(void* ctx, int32_t id, std::string_view piece) = nullptr;
+  bool (*on_prefill)(void* ctx, int64_t done, int64_t total) = nullptr;
+  void* ctx = nullptr;
+};
+
+enum class TextFinish { stop, length, cancelled };
+
+inline const char* text_finish_name(TextFinish f) {
+  return f == TextFinish::stop ? "stop" : f == TextFinish::length ? "length" : "cancelled";
+}
+
+struct TextResult {
+  std::string text;              // the completion, stop string or EOS excluded
+  std::vector<int32_t> ids;      // every generated id
+  TextFinish finish = TextFinish::length;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t drafted = 0, accepted = 0, spec_steps = 0;
+};
+
+template <class M>
+class TextModel {
+ public:
+  // tok must match the model's vocabulary; the chat tokens must exist in it.
+  static Result<TextModel> make(const M& model, Tokenizer tok, ChatTokens chat = {}) {
+    const ModelShape& s = model.shape();
+    if (tok.vocab_size() > size_t(s.vocab_size))
+      return error(Code::mismatch, "tokenizer has " + std::to_string(tok.vocab_size()) + " tokens, the model " +
+                                       std::to_string(s.vocab_size));
+    for (const std::string* t : {&chat.bos, &chat.eos, &chat.user, &chat.assistant, &chat.think_open, &chat.think_close})
+      if (!tok.token_to_id(*t)) return error(Code::mismatch, "tokenizer has no token '" + *t + "'");
+    return TextModel(model, std::move(tok), std::move(chat));
+  }
+
+  const M& model() const { return *model_; }
+  const Tokenizer& tokenizer() const { return tok_; }
+  const ChatTokens& chat_tokens() const { return chat_; }
+  int32_t eos_id() const { return *tok_.token_to_id(chat_.eos); }
+
+  // The prompt text of an OpenAI-style chat request (messages, tools, thinking_mode, reasoning_effort).
+  Result<std::string> render(const nlohmann::ordered_json& request) const { return render_prompt(request, chat_); }
+
+  // Completes prompt text (special-token text is recognised) in a fresh sequence.
+  Result<TextResult> complete(std::string_view prompt, const TextOptions& o) const {
+    const std::vector<int32_t> ids = tok_.encode(prompt, true);
+    return complete_ids(ids, o);
+  }
+
+  Result<TextResult> complete_ids(std::span<const int32_t> ids, const TextOptions& o) const {
+    const ModelShape& s = model_->shape();
+    if (ids.empty()) return error(Code::invalid_argument, "empty prompt");
+    if (o.max_tokens < 0) return error(Code::invalid_argument, "max_tokens must be >= 0");
+    const int64_t limit = s.max_position_embeddings > 0 ? s.max_position_embeddings : int64_t(1) << 40;
+    if (int64_t(ids.size()) + 1 > limit)
+      return error(Code::out_of_range, "prompt of " + std::to_string(ids.size()) + " tokens exceeds the context of " +
+                                           std::to_string(limit));
+    const int64_t cap = std::min<int64_t>(limit, int64_t(ids.size()) + o.max_tokens + s.dspark_block_size + 2);
+    auto made = new_sequence_of(*model_, cap);
+    if (!made.ok()) return made.status();
+    auto& st = *made;
+    Stream stream{this, &o, tok_.stream_decoder(), {}, 0, false, false};
+    for (const auto& st_str : o.stop)
+      if (st_str.empty()) return error(Code::invalid_argument, "empty stop string");
+    GenerateOptions g;
+    g.max_tokens = o.max_tokens;
+    g.sampling = o.sampling;
+    g.stop_ids = {eos_id()};
+    g.speculative = o.speculative && s.n_dspark() > 0;
+    g.prefill_chunk = o.prefill_chunk;
+    g.on_prefill = o.on_prefill;
+    g.ctx = &stream;
+    g.on_token = [](void* c, int32_t id) { return static_cast<Stream*>(c)->push(id); };
+    if (o.on_prefill) {
+      // on_prefill shares ctx with on_token: forward it to the caller's ctx.
+      g.on_prefill = [](void* c, int64_t done, int64_t total) {
+        auto* st2 = static_cast<Stream*>(c);
+        return st2->opts->on_prefill(st2->opts->ctx, done, total);
+      };
+    }
+    auto r = generate(*model_, st, ids, g);
+    if (!r.ok()) return r.status();
+    TextResult out;
+    out.ids = r->tokens;
+    out.prompt_tokens = int64_t(ids.size());
+    out.completion_tokens = int64_t(r->tokens.size());
+    out.drafted = r->drafted;
+    out.accepted = r->accepted;
+    out.spec_steps = r->spec_steps;
+    if (!stream.stopped_by_string && !stream.cancelled) stream.finish_text();
+    out.text = std::move(stream.text);
+    if (stream.stopped_by_string || r->finish == FinishReason::stop) out.finish = TextFinish::stop;
+    else if (stream.cancelled) out.finish = TextFinish::cancelled;
+    else out.finish = TextFinish::length;
+    return out;
+  }
+
+ private:
+  TextModel(const M& m, Tokenizer t, ChatTokens c) : model_(&m), tok_(std::move(t)), chat_(std::move(c)) {}
+
+  // Incremental detokenization with stop strings: text is released only once no stop string can
+  // still begin in it.
+  struct Stream {
+    const TextModel* self;
+    const TextOptions* opts;
+    Tokenizer::StreamDecoder dec;
+    std::string text;       // everything final so far (released or held)
+    size_t released = 0;
+    bool stopped_by_string = false, cancelled = false;
+
+    int32_t cur = -1;  // the token being handled, reported with the text it releases
+
+    bool push(int32_t id) {
+      cur = id;
+      if (id == self->eos_id()) return !opts->on_text || opts->on_text(opts->ctx, id, {});  // not part of the text
+      text += dec.push(id);
+      return scan(false);
+    }
+    void finish_text() {
+      cur = -1;
+      text += dec.flush();
+      scan(true);
+    }
+    bool scan(bool final) {
+      size_t hold = 0;
+      for (const auto& s : opts->stop) {
+        const size_t at = text.find(s, released >= s.size() ? released - s.size() + 1 : 0);
+        if (at != std::string::npos) {
+          text.resize(at);
+          stopped_by_string = true;
+          release(text.size());
+          return false;
+        }
+        hold = std::max(hold, s.size() - 1);
+      }
+      size_t upto = final ? text.size() : (text.size() > hold ? text.size() - hold : 0);
+      while (upto > released && upto < text.size() && (uint8_t(text[upto]) & 0xC0) == 0x80) --upto;  // char boundary
+      if (!release(upto)) {
+        cancelled = true;
+        return false;
+      }
+      return true;
+    }
+    bool release(size_t upto) {
+      const std::string_view piece(text.data() + released, upto > released ? upto - released : 0);
+      released = std::max(released, upto);
+      return !opts->on_text || opts->on_text(opts->ctx, cur, piece);
+    }
+  };
+
+  const M* model_;
+  Tokenizer tok_;
+  ChatTokens chat_;
+};
+
+}  // namespace dsv41::text
