@@ -35,24 +35,12 @@ namespace {
 
 constexpr double kCopyTBs = 4.25, kFp8TF = 1422;  // measured ceilings of the H200 (notes/gpu.md)
 
-#ifdef DSV41_HAS_FORWARD_BATCH
-constexpr const char* kBatchPath = "gpu::Forward::forward_batch";
+// One decode step of the batch through the blocks' order on the GPU ops (one forward of B rows).
+constexpr const char* kBatchPath = "blocks::decode on gpu::Ops";
 Status forward_batch(const gpu::Forward& f, std::span<gpu::DeviceSequence* const> seqs, std::span<const int32_t> ids,
                      float* d_logits) {
-  return f.forward_batch(seqs, ids, d_logits);
+  return blocks::decode(f, seqs, ids, d_logits);
 }
-#else
-// Stand-in until forward_batch lands: one forward per sequence (every sequence re-reads all weights).
-constexpr const char* kBatchPath = "stand-in: one forward() per sequence";
-Status forward_batch(const gpu::Forward& f, std::span<gpu::DeviceSequence* const> seqs, std::span<const int32_t> ids,
-                     float* d_logits) {
-  const size_t V = size_t(f.shape().vocab_size);
-  ForwardOptions o;
-  for (size_t b = 0; b < seqs.size(); ++b)
-    DSV41_TRY(f.forward(*seqs[b], ids.subspan(b, 1), o, d_logits ? d_logits + b * V : nullptr));
-  return Status::Ok();
-}
-#endif
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -375,7 +363,7 @@ int main(int argc, char** argv) {
   if (cudaStreamCreate(&stream) != cudaSuccess) { std::fprintf(stderr, "no CUDA stream\n"); return 1; }
   print_mem("before upload");
   t0 = now_s();
-  auto fr = gpu::Forward::create(s, hw->w, {}, {}, stream);
+  auto fr = gpu::Forward::create(s, hw->w, engram::Setup{}, stream);
   const double t_up = now_s() - t0;
   if (!fr.ok()) { std::fprintf(stderr, "Forward::create: %s\n", fr.status().message().c_str()); return 1; }
   gpu::Forward& f = **fr;

@@ -272,10 +272,10 @@ inline Status fill_sequence(gpu::DeviceSequence& q, const ModelShape& s, const s
     DSV41_TRY(launch(ls.ikeys, n, dI, 2, mix64(sd + 2)));
     ls.n_entries = n;
     ls.n_pend = int(pos % r.ratio);
-    for (float* p : {ls.pend_kv, ls.pend_z}) {
+    for (float* p : {ls.pend_kv, ls.pend_score}) {
       if (!p) continue;
       const int64_t m = int64_t(r.ratio) * D;
-      kernels::fill_floats_kernel<<<unsigned((m + 255) / 256), 256, 0, stream>>>(p, m, mix64(sd + 3 + (p == ls.pend_z)));
+      kernels::fill_floats_kernel<<<unsigned((m + 255) / 256), 256, 0, stream>>>(p, m, mix64(sd + 3 + (p == ls.pend_score)));
       DSV41_CUDA_TRY(cudaGetLastError(), "fill_sequence");
     }
   }

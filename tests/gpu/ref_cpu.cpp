@@ -102,13 +102,13 @@ void r_index(const gputest::IndexRefIn& in, std::vector<float>& scores, std::vec
     auto* c = static_cast<ScoreCapture*>(ctx);
     c->out->assign(sc, sc + size_t(rows) * n);
   };
-  cpu::AttnContext ctx{s, role, w, rope, &hooks};
+  cpu::AttnLayer ctx{s, role, w, rope, &hooks, in.S, in.p0};
   LayerState src;
   src.ikeys.assign(in.keys, in.keys + size_t(in.n) * num::index_entry_size(in.dI));
   src.n_entries = in.n;
-  cpu::ForwardShared sh;
+  cpu::IndexHandoff sh;
   sh.lists.resize(1);
-  lists = cpu::index_select(ctx, src, sh, in.x, in.qr, in.S, in.p0);
+  lists = cpu::index_select(ctx, src, sh, in.x, in.qr);
 }
 
 void r_mixes(const float* Hrow, int hc, int d, const float* fn, const float* base, const float* scale, float norm_eps,

@@ -47,8 +47,8 @@ TEST_CASE("candidate blocks: radix select equals the serial introselect", "[gpu]
     REQUIRE(cudaMalloc(&d_b, size_t(c.S) * nb) == cudaSuccess);
     cudaMemcpy(d_sc, sc.data(), sc.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(d_vis, vis.data(), vis.size() * 4, cudaMemcpyHostToDevice);
-    mk::candidate_kernel<<<mk::blocks_for(c.S, 64), 64>>>(d_sc, c.n, d_vis, c.S, c.topk, c.blk, d_work, nb, d_a);
-    mk::candidate_fast_kernel<256><<<c.S, 256>>>(d_sc, c.n, d_vis, c.topk, c.blk, d_work, nb, d_b);
+    glue::candidate_kernel<<<glue::blocks_for(c.S, 64), 64>>>(d_sc, c.n, d_vis, c.S, c.topk, c.blk, d_work, nb, d_a);
+    glue::candidate_fast_kernel<256><<<c.S, 256>>>(d_sc, c.n, d_vis, c.topk, c.blk, d_work, nb, d_b);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     std::vector<uint8_t> a(size_t(c.S) * nb), b(a.size());
     cudaMemcpy(a.data(), d_a, a.size(), cudaMemcpyDeviceToHost);

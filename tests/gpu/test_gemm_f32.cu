@@ -95,12 +95,12 @@ TEST_CASE("tiled FP32 GEMM equals the per-output kernels within the FP32 sum bou
     if (c.fp8) {
       p.yb = b1;
       REQUIRE(gemm_f32(p, nullptr).ok());
-      mk::wo_a_kernel<<<mk::blocks_for(int64_t(c.M) * c.G * c.N * 32), mk::kThreads>>>(
+      glue::wo_a_kernel<<<glue::blocks_for(int64_t(c.M) * c.G * c.N * 32), glue::kThreads>>>(
           reinterpret_cast<const bf16_t*>(dA), c.M, c.G, c.N, Kin, dW, dWs, b2);
     } else {
       p.yf = y1;
       REQUIRE(gemm_f32(p, nullptr).ok());
-      mk::linear_bf16_simple_kernel<<<mk::blocks_for(int64_t(c.M) * c.N * 32), mk::kThreads>>>(
+      glue::linear_bf16_simple_kernel<<<glue::blocks_for(int64_t(c.M) * c.N * 32), glue::kThreads>>>(
           reinterpret_cast<const bf16_t*>(dA), lda, reinterpret_cast<const bf16_t*>(dW), c.M, c.N, Kin, y2, nullptr,
           c.N);
     }

@@ -374,7 +374,7 @@ TEST_CASE("generate: stop ids, max tokens, cancellation, errors", "[generate][mo
   REQUIRE(r.ok());
   CHECK(r->tokens.empty());
   CHECK(small.pos == 4);
-  // The Markov term used to redraw sampled drafts (cpu::Forward::markov_bias).
+  // The Markov term used to redraw sampled drafts (Model::markov_bias).
   std::vector<float> bias;
   REQUIRE(m.backend().markov_bias(7, bias).ok());
   CHECK(bias.size() == size_t(m.shape().vocab_size));
@@ -508,7 +508,7 @@ TEST_CASE("rollback: a rolled-back state equals one that ran only the kept ids",
         // Step ids: the true continuation for the kept part, then junk (rejected drafts).
         std::vector<int32_t> step(ids.begin() + p0, ids.begin() + p0 + n);
         for (int j = keep; j < n; ++j) step[size_t(j)] = int32_t(400 + j);
-        const Snapshot sn = snapshot(m, st, step);
+        const Snapshot sn = *m.snapshot(st, step);
         ForwardResult fr;
         REQUIRE(m.forward(st, step, fr, true).ok());
         auto rerun = restore(st, sn, keep);
@@ -529,7 +529,7 @@ TEST_CASE("rollback: a rolled-back state equals one that ran only the kept ids",
   REQUIRE(m.prefill(st, std::span(ids).first(6)).ok());
   const std::vector<int32_t> step(ids.begin() + 6, ids.begin() + 10);
   const SequenceState before = st;
-  Snapshot sn = snapshot(m, st, step);
+  Snapshot sn = *m.snapshot(st, step);
   ForwardResult fr;
   REQUIRE(m.forward(st, step, fr).ok());
   SequenceState st2 = st;

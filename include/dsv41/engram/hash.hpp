@@ -242,4 +242,11 @@ inline Result<std::vector<int64_t>> hash_ids(const HashPlan& plan, std::span<con
   return out;
 }
 
+// What a model's Engram layers need besides weights: the token map (token id -> compressed id) and the hash plan
+// (empty when the model has no Engram layers).
+struct Setup {
+  std::vector<int32_t> token_map;
+  HashPlan plan;
+};
+
 }  // namespace dsv41::engram

@@ -1,33 +1,33 @@
-// Model<Config, Backend>: a loaded model directory (config.json, sharded safetensors, Engram token map)
-// and the operations on per-sequence states. Config is a traits type from configs:: (its shape must
-// equal the directory's) or configs::Dynamic (any config.json). Backend: Cpu (the reference, this file) or
-// Cuda (model/cuda_model.hpp, compiled by nvcc).
+// Model<Config, Backend>: a loaded model directory and the operations on its sequences, one class for every
+// backend. Config is a traits type from configs:: (its shape must equal the directory's) or configs::Dynamic (any
+// config.json). Backend: Cpu (the reference, this header) or Cuda (include <dsv41/model/cuda_model.hpp> in a .cu
+// file). The model's order lives in blocks/; the backend supplies its ops (blocks/backend_ops.hpp).
 #pragma once
-#include <filesystem>
+#include <algorithm>
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
-#include <dsv41/config/parse_config.hpp>
-#include <dsv41/config/presets.hpp>
+#include <dsv41/backend/cpu/ops.hpp>
+#include <dsv41/blocks/dspark.hpp>
+#include <dsv41/blocks/forward.hpp>
+#include <dsv41/blocks/forward_types.hpp>
 #include <dsv41/core/status.hpp>
-#include <dsv41/backend/cpu/forward.hpp>
-#include <dsv41/engram/hash.hpp>
-#include <dsv41/engram/token_map.hpp>
-#include <dsv41/io/safetensors.hpp>
-#include <dsv41/backend/cpu/sequence.hpp>
-#include <dsv41/blocks/weights.hpp>
+#include <dsv41/model/load.hpp>
 
 namespace dsv41 {
 
-struct Cpu {};   // backend tag: the CPU reference (this file)
-struct Cuda {};  // backend tag: the GPU forward (include <dsv41/model/cuda_model.hpp> in a .cu file)
+struct Cpu {};   // backend tag: the CPU reference
+struct Cuda {};  // backend tag: one GPU (<dsv41/model/cuda_model.hpp>, compiled by nvcc)
 
-// Progress while loading; return false to cancel (load then fails with Code::cancelled).
-struct LoadOptions {
-  bool (*progress)(void* ctx, float fraction, const char* stage) = nullptr;
-  void* ctx = nullptr;
+// The ops type of a backend for a configuration; each backend specializes it where it is defined.
+template <class Backend, class Config>
+struct BackendOps;
+template <class Config>
+struct BackendOps<Cpu, Config> {
+  using type = cpu::Ops;
 };
 
 // Per prefill chunk; return false to cancel between chunks (state keeps the chunks already run).
@@ -40,124 +40,179 @@ struct PrefillOptions {
   void* ctx = nullptr;
 };
 
-namespace detail {
-
-inline Status compare_shapes(const ModelShape& got, const ModelShape& want) {
-  std::string e;
-  auto cmp = [&](const char* name, auto a, auto b) {
-    if (a != b) e += std::string("  ") + name + " differs from the compiled configuration\n";
-  };
-  cmp("vocab_size", got.vocab_size, want.vocab_size);
-  cmp("hidden_size", got.hidden_size, want.hidden_size);
-  cmp("moe_intermediate_size", got.moe_intermediate_size, want.moe_intermediate_size);
-  cmp("num_hidden_layers", got.num_hidden_layers, want.num_hidden_layers);
-  cmp("num_attention_heads", got.num_attention_heads, want.num_attention_heads);
-  cmp("head_dim", got.head_dim, want.head_dim);
-  cmp("qk_rope_head_dim", got.qk_rope_head_dim, want.qk_rope_head_dim);
-  cmp("q_lora_rank", got.q_lora_rank, want.q_lora_rank);
-  cmp("o_lora_rank", got.o_lora_rank, want.o_lora_rank);
-  cmp("o_groups", got.o_groups, want.o_groups);
-  cmp("n_routed_experts", got.n_routed_experts, want.n_routed_experts);
-  cmp("num_experts_per_tok", got.num_experts_per_tok, want.num_experts_per_tok);
-  cmp("sliding_window", got.sliding_window, want.sliding_window);
-  cmp("compress_ratios", got.compress_ratios, want.compress_ratios);
-  cmp("kv_source_layer_ids", got.kv_source_layer_ids, want.kv_source_layer_ids);
-  cmp("index_source_layer_ids", got.index_source_layer_ids, want.index_source_layer_ids);
-  cmp("index_n_heads", got.index_n_heads, want.index_n_heads);
-  cmp("index_head_dim", got.index_head_dim, want.index_head_dim);
-  cmp("index_topk", got.index_topk, want.index_topk);
-  cmp("candidate_source_layer_id", got.candidate_source_layer_id, want.candidate_source_layer_id);
-  cmp("hc_mult", got.hc_mult, want.hc_mult);
-  cmp("engram_layer_ids", got.engram_layer_ids, want.engram_layer_ids);
-  cmp("engram_num_embeddings", got.engram_num_embeddings, want.engram_num_embeddings);
-  cmp("engram_head_dim", got.engram_head_dim, want.engram_head_dim);
-  cmp("num_nextn_predict_layers", got.num_nextn_predict_layers, want.num_nextn_predict_layers);
-  cmp("dspark_target_layer_ids", got.dspark_target_layer_ids, want.dspark_target_layer_ids);
-  if (e.empty()) return Status::Ok();
-  return error(Code::mismatch, "config.json does not match the compiled configuration:\n" + e);
-}
-
-// A prompt for prefill: not empty, ids in the vocabulary, fits the positions left.
-inline Status check_prompt(const ModelShape& s, int64_t pos, int64_t max_positions, std::span<const int32_t> ids) {
-  if (ids.empty()) return error(Code::invalid_argument, "prefill: empty prompt");
-  if (pos + int64_t(ids.size()) > max_positions)
-    return error(Code::out_of_range, "prefill: prompt of " + std::to_string(ids.size()) + " tokens does not fit the " +
-                                         std::to_string(max_positions - pos) + " positions left");
-  for (int32_t id : ids)
-    if (id < 0 || id >= s.vocab_size)
-      return error(Code::invalid_argument, "prefill: token id " + std::to_string(id) + " outside the vocabulary");
-  return Status::Ok();
-}
-
-// The Engram token map: engram_token_map.safetensors when present, else built from tokenizer.json
-// (SPEC §4.8) and checked against engram_compressed_vocab_size. Embedding rows past the tokenizer's
-// tokens (which the reference's map has no row for) take the Engram pad token's compressed id.
-inline Result<std::vector<int32_t>> load_token_map(const std::string& dir, const ModelShape& s) {
-  const std::string path = dir + "/engram_token_map.safetensors";
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    const std::string tok_path = dir + "/tokenizer.json";
-    if (!std::filesystem::exists(tok_path, ec))
-      return error(Code::io_error, dir + ": the Engram layers need engram_token_map.safetensors or tokenizer.json, "
-                                         "and neither is there");
-    auto tok = text::Tokenizer::from_json_file(tok_path);
-    if (!tok.ok()) return tok.status();
-    auto tm = engram::build_token_map(*tok, s.vocab_size);
-    if (!tm.ok()) return tm.status();
-    if (Status c = engram::check_compressed_size(*tm, s.engram_compressed_vocab_size, tok_path); !c.ok())
-      return Status(c.code(), c.message() + " (" + dir + " has no engram_token_map.safetensors)");
-    DSV41_TRY(engram::fill_missing(*tm, s.engram_pad_token_id));
-    return std::move(tm->map);
-  }
-  auto f = st::File::open(path);
-  if (!f.ok()) return f.status();
-  const st::TensorView* t = f->find("token_map");
-  if (!t) return error(Code::format_error, path + ": no tensor 'token_map'");
-  if (t->dtype != st::DType::I32 || t->shape.size() != 1 || t->shape[0] != s.vocab_size)
-    return error(Code::mismatch, path + ": token_map must be I32 [" + std::to_string(s.vocab_size) + "]");
-  return t->to_vector<int32_t>();
-}
-
-// The Engram token map and hash plan of a model directory (empty when the model has no Engram layers).
-struct EngramSetup {
-  std::vector<int32_t> token_map;
-  engram::HashPlan plan;
-};
-
-inline Result<EngramSetup> load_engram(const std::string& dir, const ModelShape& s) {
-  EngramSetup e;
-  if (s.engram_layer_ids.empty()) return e;
-  auto tm = load_token_map(dir, s);
-  if (!tm.ok()) return tm.status();
-  e.token_map = std::move(tm).value();
-  engram::HashParams hp;
-  hp.layer_ids.assign(s.engram_layer_ids.begin(), s.engram_layer_ids.end());
-  hp.max_ngram_size = s.engram_max_ngram_size;
-  hp.n_heads = s.engram_n_heads;
-  hp.vocab_start = s.engram_vocab_size;
-  hp.compressed_vocab_size = s.engram_compressed_vocab_size;
-  if (s.engram_pad_token_id < 0 || s.engram_pad_token_id >= int(e.token_map.size()))
-    return error(Code::format_error, "engram_pad_token_id outside the vocabulary");
-  hp.pad_compressed_id = e.token_map[size_t(s.engram_pad_token_id)];
-  hp.num_embeddings = s.engram_num_embeddings;
-  auto p = engram::make_plan(hp);
-  if (!p.ok()) return p.status();
-  e.plan = std::move(p).value();
-  DSV41_TRY(engram::check_token_map(e.plan, e.token_map));
-  return e;
-}
-
-}  // namespace detail
-
-template <class Config = configs::Dynamic, class Backend = Cpu>
-class Model;
-
 // One sequence's token in a decode step (Model::decode of either backend).
 template <class State>
 struct DecodeItemOf {
   State* state = nullptr;
   int32_t token = 0;
   std::vector<float>* logits = nullptr;  // [V] out
+};
+
+template <class Config = configs::Dynamic, class Backend = Cpu>
+class Model {
+ public:
+  using Ops = typename BackendOps<Backend, Config>::type;
+  using State = typename Ops::State;
+  using Snapshot = typename Ops::Snapshot;
+  using Context = typename Ops::Context;  // what the backend runs on (the GPU's: a cudaStream_t)
+  using DecodeItem = DecodeItemOf<State>;
+  static constexpr bool on_host = Ops::on_host;
+
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // Loads dir (config.json, safetensors, Engram token map) and builds the backend on ctx.
+  static Result<std::unique_ptr<Model>> load(const std::string& dir, Context ctx, const LoadOptions& opt = {}) {
+    auto d = detail::load_directory<Config>(dir, opt);
+    if (!d.ok()) return d.status();
+    std::unique_ptr<Model> m(new Model());
+    m->dir_ = std::move(d).value();
+    auto ops = Ops::create(m->dir_->shape, m->dir_->weights, std::move(m->dir_->engram), ctx);
+    if (!ops.ok()) return ops.status();
+    m->ops_ = std::move(ops).value();
+    if constexpr (!Ops::keeps_host_weights) m->dir_.reset();  // uploaded: the mapping is no longer needed
+    if (opt.progress && !opt.progress(opt.ctx, 1.0f, "ready")) return error(Code::cancelled, "load cancelled");
+    return Result<std::unique_ptr<Model>>(std::move(m));  // nvcc does not move into Result<T> implicitly
+  }
+  static Result<std::unique_ptr<Model>> load(const std::string& dir, const LoadOptions& opt = {}) {
+    return load(dir, Context{}, opt);
+  }
+
+  const ModelShape& shape() const { return ops_->shape(); }
+  const std::vector<LayerRole>& schedule() const { return ops_->schedule(); }
+  const Ops& backend() const { return *ops_; }
+
+  // A fresh sequence able to hold max_positions tokens (the GPU's allocates, so it returns a Result).
+  auto new_sequence(int64_t max_positions) const { return ops_->new_sequence(max_positions); }
+
+  // Runs ids at the state's next positions in one forward; host logits (every row or the last).
+  Status forward(State& st, std::span<const int32_t> ids, ForwardResult& out, const ForwardOptions& o) const {
+    auto sink = ops_->logits_sink(&out, o.all_logits ? int(ids.size()) : 1);
+    if (!sink.ok()) return sink.status();
+    DSV41_TRY(blocks::forward(*ops_, st, ids, o, sink->target()));
+    return sink->read(out.logits);
+  }
+  Status forward(State& st, std::span<const int32_t> ids, ForwardResult& out, bool all_logits = false,
+                 const ForwardHooks* hooks = nullptr) const {
+    ForwardOptions o;
+    o.all_logits = all_logits;
+    o.hooks = hooks;
+    return forward(st, ids, out, o);
+  }
+  // Device logits [rows, V] (caller-owned, or null); no synchronization.
+  Status forward(State& st, std::span<const int32_t> ids, const ForwardOptions& o, float* d_logits) const
+    requires(!on_host)
+  {
+    return blocks::forward(*ops_, st, ids, o, d_logits);
+  }
+
+  // Prefill in chunks (opt.chunk tokens per forward; 0 = all at once; any split gives the same result);
+  // last_logits gets the last row. on_chunk may cancel between chunks (the state keeps the chunks already run);
+  // it sees finished work (the GPU synchronizes once per chunk when it is set, else once at the end).
+  Status prefill(State& st, std::span<const int32_t> ids, std::vector<float>* last_logits = nullptr,
+                 const PrefillOptions& opt = {}) const {
+    DSV41_TRY(detail::check_prompt(shape(), st.pos, st.max_positions, ids));
+    const size_t chunk = opt.chunk > 0 ? size_t(opt.chunk) : ids.size();
+    ForwardResult host;
+    auto sink = ops_->logits_sink(&host, 1);
+    if (!sink.ok()) return sink.status();
+    for (size_t i = 0; i < ids.size(); i += chunk) {
+      const size_t n = std::min(chunk, ids.size() - i);
+      ForwardOptions fo;
+      fo.bounded_replay = opt.bounded_replay;
+      const bool last = i + n == ids.size();
+      DSV41_TRY(blocks::forward(*ops_, st, ids.subspan(i, n), fo, sink->target(last && last_logits)));
+      if (opt.on_chunk) {
+        DSV41_TRY(ops_->synchronize());
+        if (!opt.on_chunk(opt.ctx, int64_t(i + n), int64_t(ids.size())))
+          return error(Code::cancelled, "prefill cancelled after " + std::to_string(i + n) + " tokens");
+      }
+    }
+    if (last_logits) return sink->read(*last_logits);
+    return ops_->synchronize();
+  }
+
+  // One decode step for several sequences, each at its own position (one batched forward where the backend
+  // batches: the GPU's).
+  Status decode(std::span<DecodeItem> batch) const {
+    if (batch.empty()) return Status::Ok();
+    if constexpr (Ops::batches_decode) {
+      std::vector<State*> seqs;
+      std::vector<int32_t> ids;
+      for (auto& item : batch) {
+        seqs.push_back(item.state);
+        ids.push_back(item.token);
+      }
+      auto sink = ops_->logits_sink(nullptr, int(batch.size()));
+      if (!sink.ok()) return sink.status();
+      DSV41_TRY(blocks::decode(*ops_, std::span<State* const>(seqs), ids, sink->target()));
+      std::vector<std::vector<float>*> outs;
+      for (auto& item : batch) outs.push_back(item.logits);
+      return sink->read_rows(outs);
+    } else {
+      for (auto& item : batch) {
+        if (!item.state) return error(Code::invalid_argument, "decode: null state");
+        ForwardResult r;
+        DSV41_TRY(forward(*item.state, std::span<const int32_t>(&item.token, 1), r));
+        if (item.logits) *item.logits = std::move(r.logits);
+      }
+      return Status::Ok();
+    }
+  }
+  // The same with device logits [B, V] (or null), no synchronization; capturable in a CUDA graph.
+  Status decode(std::span<State* const> seqs, std::span<const int32_t> tokens, float* d_logits) const
+    requires(!on_host)
+  {
+    return blocks::decode(*ops_, seqs, tokens, d_logits);
+  }
+
+  // SPEC §5 Encoder SWA Bounded Replay: after the window rings were dropped (drop_windows), rebuilds them from
+  // the sequence's last tokens and the stored global KV. last_logits: the last row.
+  Status replay_window(State& st, std::span<const int32_t> recent, std::vector<float>* last_logits = nullptr,
+                       const ForwardHooks* hooks = nullptr) const {
+    ForwardResult host;
+    auto sink = ops_->logits_sink(&host, 1);
+    if (!sink.ok()) return sink.status();
+    DSV41_TRY(blocks::replay_window(*ops_, st, recent, hooks, sink->target(last_logits != nullptr)));
+    if (last_logits) return sink->read(*last_logits);
+    return ops_->synchronize();
+  }
+  // Forgets the window rings (as when a stored session keeps only its global KV).
+  Status drop_windows(State& st) const { return ops_->drop_windows(st); }
+
+  // DSpark draft after the main model predicted y for the state's next position (host outputs; the GPU also
+  // takes device buffers).
+  Status draft(const State& st, int32_t y, DraftResult& out) const { return blocks::dspark_draft(*ops_, st, y, out); }
+  template <class DeviceOut>
+  Status draft(const State& st, int32_t y, const DeviceOut& out) const
+    requires(!on_host && !std::is_same_v<DeviceOut, DraftResult>)
+  {
+    return blocks::dspark_draft(*ops_, st, y, out);
+  }
+  Status markov_bias(int32_t t, std::vector<float>& bias) const { return ops_->markov_bias(t, bias); }
+
+  // Speculative steps: snapshot before a block of ids, roll back to the accepted prefix after it (re-running
+  // what the snapshot cannot restore exactly).
+  Result<Snapshot> snapshot(const State& st, std::span<const int32_t> ids) const { return ops_->take_snapshot(st, ids); }
+  Status rollback(State& st, const Snapshot& sn, int keep) const {
+    auto r = ops_->restore(st, sn, keep);
+    if (!r.ok()) return r.status();
+    if (*r == 0) return Status::Ok();
+    ForwardResult unused;
+    return forward(st, std::span<const int32_t>(sn.ids.data(), size_t(*r)), unused);
+  }
+
+  // The GPU's stream.
+  auto stream() const
+    requires(!on_host)
+  {
+    return ops_->stream();
+  }
+
+ private:
+  Model() = default;
+  std::unique_ptr<detail::LoadedDirectory> dir_;  // the CPU's weights view into its mapping
+  std::unique_ptr<Ops> ops_;
 };
 
 // A new sequence from either backend, as a Result: the CPU's cannot fail, the GPU's allocates device memory.
@@ -167,110 +222,5 @@ Result<typename M::State> new_sequence_of(const M& m, int64_t max_positions) {
   if constexpr (std::is_same_v<decltype(s), typename M::State>) return Result<typename M::State>(std::move(s));
   else return s;
 }
-
-template <class Config, class Backend>
-class Model {
-  static_assert(std::is_same_v<Backend, Cpu>, "Model<Config, Cuda> needs <dsv41/model/cuda_model.hpp> (nvcc)");
-
- public:
-  using State = SequenceState;
-
-  Model(const Model&) = delete;
-  Model& operator=(const Model&) = delete;
-
-  static Result<std::unique_ptr<Model>> load(const std::string& dir, const LoadOptions& opt = {}) {
-    auto report = [&](float f, const char* what) { return !opt.progress || opt.progress(opt.ctx, f, what); };
-    std::unique_ptr<Model> m(new Model());
-    auto shape = load_config(dir + "/config.json");
-    if (!shape.ok()) return shape.status();
-    m->shape_ = std::move(shape).value();
-    if constexpr (!std::is_same_v<Config, configs::Dynamic>) DSV41_TRY(detail::compare_shapes(m->shape_, configs::to_shape<Config>()));
-    if (!report(0.1f, "checkpoint")) return error(Code::cancelled, "load cancelled");
-    auto ck = st::Checkpoint::open(dir);
-    if (!ck.ok()) return ck.status();
-    m->ck_ = std::make_unique<st::Checkpoint>(std::move(ck).value());
-    if (!report(0.5f, "weights")) return error(Code::cancelled, "load cancelled");
-    auto w = bind_weights(*m->ck_, m->shape_);
-    if (!w.ok()) return w.status();
-    m->w_ = std::move(w).value();
-    if (!report(0.8f, "engram")) return error(Code::cancelled, "load cancelled");
-    auto eg = detail::load_engram(dir, m->shape_);
-    if (!eg.ok()) return eg.status();
-    std::vector<int32_t> token_map = std::move(eg->token_map);
-    engram::HashPlan plan = std::move(eg->plan);
-    m->fwd_ = std::make_unique<cpu::Forward>(m->shape_, m->w_, std::move(token_map), std::move(plan));
-    if (!report(1.0f, "ready")) return error(Code::cancelled, "load cancelled");
-    return Result<std::unique_ptr<Model>>(std::move(m));  // nvcc does not move into Result<T> implicitly
-  }
-
-  const ModelShape& shape() const { return shape_; }
-  const std::vector<LayerRole>& schedule() const { return fwd_->schedule(); }
-  const cpu::Forward& backend() const { return *fwd_; }
-
-  // A fresh sequence able to hold max_positions tokens.
-  SequenceState new_sequence(int64_t max_positions) const { return SequenceState(shape_, max_positions); }
-
-  // Runs ids at the state's next positions in one forward. logits: every row or the last.
-  Status forward(SequenceState& st, std::span<const int32_t> ids, ForwardResult& out, bool all_logits = false,
-                 const ForwardHooks* hooks = nullptr) const {
-    return fwd_->forward(st, ids, out, all_logits, hooks);
-  }
-
-  // Prefill in chunks (any split gives the same result as one chunk); last_logits gets the last row.
-  Status prefill(SequenceState& st, std::span<const int32_t> ids, std::vector<float>* last_logits = nullptr,
-                 const PrefillOptions& opt = {}) const {
-    DSV41_TRY(detail::check_prompt(shape_, st.pos, st.max_positions, ids));
-    const size_t chunk = opt.chunk > 0 ? size_t(opt.chunk) : ids.size();
-    ForwardResult r;
-    for (size_t i = 0; i < ids.size(); i += chunk) {
-      const size_t n = std::min(chunk, ids.size() - i);
-      ForwardOptions fo;
-      fo.bounded_replay = opt.bounded_replay;
-      DSV41_TRY(fwd_->forward(st, ids.subspan(i, n), r, fo));
-      if (opt.on_chunk && !opt.on_chunk(opt.ctx, int64_t(i + n), int64_t(ids.size())))
-        return error(Code::cancelled, "prefill cancelled after " + std::to_string(i + n) + " tokens");
-    }
-    if (last_logits) *last_logits = std::move(r.logits);
-    return Status::Ok();
-  }
-
-  // One decode step for several sequences, each at its own position.
-  using DecodeItem = DecodeItemOf<State>;
-  Status decode(std::span<DecodeItem> batch) const {
-    for (auto& item : batch) {
-      if (!item.state) return error(Code::invalid_argument, "decode: null state");
-      ForwardResult r;
-      const int32_t tok = item.token;
-      DSV41_TRY(fwd_->forward(*item.state, std::span<const int32_t>(&tok, 1), r));
-      if (item.logits) *item.logits = std::move(r.logits);
-    }
-    return Status::Ok();
-  }
-
-  Status forward(SequenceState& st, std::span<const int32_t> ids, ForwardResult& out,
-                 const ForwardOptions& opt) const {
-    return fwd_->forward(st, ids, out, opt);
-  }
-
-  // SPEC §5 Encoder SWA Bounded Replay: after the window rings were dropped (SequenceState::drop_windows),
-  // rebuilds them from the sequence's last tokens and the stored global KV. last_logits: the last row.
-  Status replay_window(SequenceState& st, std::span<const int32_t> recent, std::vector<float>* last_logits = nullptr,
-                       const ForwardHooks* hooks = nullptr) const {
-    ForwardResult r;
-    DSV41_TRY(fwd_->replay_window(st, recent, r, hooks));
-    if (last_logits) *last_logits = std::move(r.logits);
-    return Status::Ok();
-  }
-
-  // DSpark draft after the main model predicted y for the state's next position.
-  Status draft(const SequenceState& st, int32_t y, DraftResult& out) const { return fwd_->draft(st, y, out); }
-
- private:
-  Model() = default;
-  ModelShape shape_;
-  std::unique_ptr<st::Checkpoint> ck_;
-  Weights w_;
-  std::unique_ptr<cpu::Forward> fwd_;
-};
 
 }  // namespace dsv41

@@ -1,22 +1,26 @@
-// CSA2 attention of one layer on the CPU (SPEC §4.2–4.5): window KV, compressor, indexer with
-// hierarchical candidates, and sparse attention over window + selected compressed entries.
+// CSA2 attention on the CPU (SPEC §4.2–4.5), the readable statement of each step the blocks call
+// (blocks/csa2_attention.hpp): queries, window entries, compressor, indexer with hierarchical candidates,
+// sparse attention over window + selected compressed entries, the grouped output projection.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <vector>
 
-#include <dsv41/config/model_shape.hpp>
-#include <dsv41/config/schedule.hpp>
-#include <dsv41/blocks/hooks.hpp>
 #include <dsv41/backend/cpu/math.hpp>
 #include <dsv41/backend/cpu/sequence.hpp>
+#include <dsv41/blocks/backend_ops.hpp>
+#include <dsv41/blocks/hooks.hpp>
+#include <dsv41/blocks/kv_cache.hpp>
+#include <dsv41/blocks/rope.hpp>
 #include <dsv41/blocks/weights.hpp>
+#include <dsv41/config/model_shape.hpp>
+#include <dsv41/config/schedule.hpp>
 
 namespace dsv41::cpu {
 
 // What index sources hand down the stack within one forward (SPEC §4.4–4.5).
-struct ForwardShared {
+struct IndexHandoff {
   std::vector<std::vector<int32_t>> lists;  // per layer: [rows, index_topk], ascending, −1 = none
   std::vector<std::vector<char>> cand;      // candidate source: per row, mask over its visible entries
 
@@ -28,14 +32,25 @@ struct ForwardShared {
   }
 };
 
-struct AttnContext {
+// One layer's attention within a forward: its role, weights, RoPE table, and the rows at positions p0..p0+S−1.
+struct AttnLayer {
   const ModelShape& s;
   const LayerRole& role;
   const LayerWeights& w;
   const RopeTable& rope;
   const ForwardHooks* hooks;
-  int64_t window_floor = 0;  // window entries of earlier positions are not attended (SPEC §5 replay)
-  bool compress = true;      // Full layers add compressed entries for these rows
+  int S = 0;
+  int64_t p0 = 0;
+};
+
+// The intermediate values of one layer's attention.
+struct AttentionWork {
+  std::vector<float> qr, q;        // [S, q_lora_rank] normed; [S, H, D] after RoPE
+  std::vector<float> kv;           // [S, D] this chunk's window entries (FP8 values, after RoPE)
+  std::vector<uint8_t> packed;     // [S, WindowEntry] the same, packed (stored in the ring after attention)
+  std::vector<float> old;          // ring entries of positions old_lo..p0−1 still inside some row's window
+  int64_t old_lo = 0;
+  std::vector<float> o;            // [S, H, D] attention output (RoPE undone)
 };
 
 // Top-k of one row: the k best finite scores (ties to the lower index), returned ascending.
@@ -80,13 +95,48 @@ inline std::vector<char> candidate_mask(const float* score, int n, int n_vis, in
   return mask;
 }
 
-// §4.3 compressor of a Full layer over the chunk's normalized inputs x [S, d] at positions p0..;
-// appends every completed group's main entry and index key to the layer's state.
-inline void compress(const AttnContext& c, LayerState& ls, const float* x, int S, int64_t p0) {
+
+// §4.2 queries: q = wq_b(norm(wq_a x)) with RoPE at each row's position.
+inline void queries(const AttnLayer& c, const float* x, AttentionWork& w) {
   const ModelShape& s = c.s;
-  const int D = s.head_dim, d = s.hidden_size, r = c.role.ratio, dI = s.index_head_dim;
+  const int S = c.S, H = s.num_attention_heads, D = s.head_dim;
+  std::vector<float> tmp(size_t(S) * s.q_lora_rank);
+  w.qr.resize(size_t(S) * s.q_lora_rank);
+  linear(c.w.wq_a, x, S, tmp.data());
+  rmsnorm(tmp.data(), c.w.q_norm.data(), S, s.q_lora_rank, float(s.rms_norm_eps), w.qr.data());
+  w.q.resize(size_t(S) * H * D);
+  linear(c.w.wq_b, w.qr.data(), S, w.q.data());
+  for (int t = 0; t < S; ++t)
+    for (int h = 0; h < H; ++h) c.rope.apply(w.q.data() + (size_t(t) * H + h) * D, D, c.p0 + t);
+}
+
+// §4.2 the rows' window entries (FP8, after RoPE), and the ring entries before the chunk that rows still see.
+inline void window_entries(const AttnLayer& c, const LayerState& ls, const float* x, AttentionWork& w,
+                           const StackPass& pass) {
+  const ModelShape& s = c.s;
+  const int S = c.S, D = s.head_dim, W = s.sliding_window, we = kv::WindowEntry::bytes(D);
+  std::vector<float> raw(size_t(S) * D);
+  w.kv.resize(size_t(S) * D);
+  linear(c.w.wkv, x, S, raw.data());
+  rmsnorm(raw.data(), c.w.kv_norm.data(), S, D, float(s.rms_norm_eps), w.kv.data());
+  w.packed.resize(size_t(S) * we);
+  for (int t = 0; t < S; ++t) {
+    c.rope.apply(w.kv.data() + size_t(t) * D, D, c.p0 + t);
+    kv::WindowEntry::pack(w.kv.data() + size_t(t) * D, D, w.packed.data() + size_t(t) * we);
+  }
+  w.old_lo = std::max<int64_t>({0, c.p0 - W + 1, pass.window_floor});
+  w.old.resize(size_t(std::max<int64_t>(c.p0 - w.old_lo, 0)) * D);
+  for (int64_t p = w.old_lo; p < c.p0; ++p)
+    kv::WindowEntry::unpack(ls.ring.data() + size_t(p % W) * we, D, w.old.data() + size_t(p - w.old_lo) * D);
+}
+
+// §4.3 compressor of a Full layer over the rows' normalized inputs x [S, d]; appends every completed group's
+// main KV entry and index key to the layer's state.
+inline void compress(const AttnLayer& c, LayerState& ls, const float* x) {
+  const ModelShape& s = c.s;
+  const int S = c.S, D = s.head_dim, r = c.role.ratio, dI = s.index_head_dim;
   std::vector<float> latents;  // [n_new, D]
-  int64_t first_group = ls.n_entries;
+  const int64_t first_group = ls.n_entries;
   if (r == 1) {
     latents.resize(size_t(S) * D);
     std::vector<float> kv(size_t(S) * D);
@@ -116,34 +166,34 @@ inline void compress(const AttnContext& c, LayerState& ls, const float* x, int S
     ls.pend_kv.erase(ls.pend_kv.begin(), ls.pend_kv.begin() + size_t(n_groups) * r * D);
     ls.pend_score.erase(ls.pend_score.begin(), ls.pend_score.begin() + size_t(n_groups) * r * D);
   }
-  (void)d;
-  (void)p0;
   const int n_new = int(latents.size() / D);
   if (n_new == 0) return;
   // Index keys from the latent before its rope; main entries from the rotated latent.
   std::vector<float> k(size_t(n_new) * dI), kn(size_t(n_new) * dI);
   linear(c.w.i_wk, latents.data(), n_new, k.data());
   rmsnorm(k.data(), c.w.i_knorm.data(), n_new, dI, float(s.rms_norm_eps), kn.data());
-  const int me = num::main_entry_size(D), ie = num::index_entry_size(dI);
+  const int me = kv::MainKvEntry::bytes(D), ie = kv::IndexKey::bytes(dI);
   ls.comp.resize(size_t(first_group + n_new) * me);
   ls.ikeys.resize(size_t(first_group + n_new) * ie);
   for (int g = 0; g < n_new; ++g) {
     const int64_t gpos = (first_group + g) * r;
     float* kr = kn.data() + size_t(g) * dI;
     c.rope.apply(kr, dI, gpos);
-    num::pack_index_entry(kr, dI, ls.ikeys.data() + size_t(first_group + g) * ie);
+    kv::IndexKey::pack(kr, dI, ls.ikeys.data() + size_t(first_group + g) * ie);
     float* e = latents.data() + size_t(g) * D;
     c.rope.apply(e, D, gpos);
-    num::pack_main_entry(e, D, ls.comp.data() + size_t(first_group + g) * me);
+    kv::MainKvEntry::pack(e, D, ls.comp.data() + size_t(first_group + g) * me);
   }
   ls.n_entries = first_group + n_new;
 }
 
-// §4.4 indexer of a Full or Reindex layer: own scores and top-k lists [S, index_topk].
-inline std::vector<int32_t> index_select(const AttnContext& c, const LayerState& src, ForwardShared& sh,
-                                         const float* x, const float* qr, int S, int64_t p0) {
+// §4.4 indexer of a Full or Reindex layer over the entries of its KV source: its own top-k lists [S, index_topk];
+// §4.5 the candidate source chooses each row's candidate blocks, layers above it score only inside them.
+inline std::vector<int32_t> index_select(const AttnLayer& c, const LayerState& src, IndexHandoff& sh, const float* x,
+                                         const float* qr) {
   const ModelShape& s = c.s;
-  const int nI = s.index_n_heads, dI = s.index_head_dim, r = c.role.ratio, K = s.index_topk;
+  const int S = c.S, nI = s.index_n_heads, dI = s.index_head_dim, r = c.role.ratio, K = s.index_topk;
+  const int64_t p0 = c.p0;
   const int n = int(src.n_entries);
   std::vector<float> q(size_t(S) * nI * dI), w(size_t(S) * nI);
   linear(c.w.i_wq_b, qr, S, q.data());
@@ -154,8 +204,8 @@ inline std::vector<int32_t> index_select(const AttnContext& c, const LayerState&
     for (int h = 0; h < nI; ++h) c.rope.apply(q.data() + (size_t(t) * nI + h) * dI, dI, p0 + t);
   for (int t = 0; t < S; ++t) num::fp4_quant_block32(q.data() + size_t(t) * nI * dI, nI * dI);
   std::vector<float> keys(size_t(n) * dI);
-  const int ie = num::index_entry_size(dI);
-  for (int j = 0; j < n; ++j) num::unpack_index_entry(src.ikeys.data() + size_t(j) * ie, dI, keys.data() + size_t(j) * dI);
+  const int ie = kv::IndexKey::bytes(dI);
+  for (int j = 0; j < n; ++j) kv::IndexKey::unpack(src.ikeys.data() + size_t(j) * ie, dI, keys.data() + size_t(j) * dI);
 
   std::vector<float> scores(size_t(S) * n, kNegInf);
   std::vector<int32_t> lists(size_t(S) * K, -1);
@@ -186,6 +236,56 @@ inline std::vector<int32_t> index_select(const AttnContext& c, const LayerState&
   return lists;
 }
 
+// §3.6 attention of every row over its window entries and, for layers that read compressed entries, the entries its
+// index source's lists select (decoded once each); then RoPE undone. The ring keeps the chunk's last W entries.
+inline void sparse_attention(const AttnLayer& c, SequenceState& st, const IndexHandoff& sh, AttentionWork& w,
+                             bool reads_compressed, const StackPass& pass) {
+  const ModelShape& s = c.s;
+  const int S = c.S, H = s.num_attention_heads, D = s.head_dim, W = s.sliding_window, K = s.index_topk;
+  const int64_t p0 = c.p0;
+  LayerState& ls = st.layers[size_t(c.role.id)];
+  const std::vector<int32_t>* lists = reads_compressed ? &sh.lists[size_t(c.role.index_source)] : nullptr;
+  const LayerState* kvsrc = reads_compressed ? &st.layers[size_t(c.role.kv_source)] : nullptr;
+  const int me = kv::MainKvEntry::bytes(D);
+  std::vector<float> comp_rows;
+  std::vector<int> comp_slot;  // entry index -> row in comp_rows, −1 = not decoded
+  if (kvsrc) comp_slot.assign(size_t(kvsrc->n_entries), -1);
+  auto selected = [&](int t, int k) -> int32_t {
+    if (lists->size() < size_t(t + 1) * K) return -1;
+    const int32_t j = (*lists)[size_t(t) * K + k];
+    const bool ok = j >= 0 && j < int32_t(comp_slot.size()) && j < (p0 + t + 1) / c.role.ratio;
+    return ok ? j : -1;
+  };
+  if (lists)
+    for (int t = 0; t < S; ++t)
+      for (int k = 0; k < K; ++k)
+        if (int32_t j = selected(t, k); j >= 0 && comp_slot[j] < 0) {
+          comp_slot[j] = int(comp_rows.size() / D);
+          comp_rows.resize(comp_rows.size() + D);
+        }
+  for (size_t j = 0; j < comp_slot.size(); ++j)
+    if (comp_slot[j] >= 0)
+      kv::MainKvEntry::unpack(kvsrc->comp.data() + j * me, D, comp_rows.data() + size_t(comp_slot[j]) * D);
+  w.o.resize(size_t(S) * H * D);
+  const float scale = float(std::pow(double(D), -0.5));
+  std::vector<const float*> entries;
+  for (int t = 0; t < S; ++t) {
+    const int64_t p = p0 + t;
+    entries.clear();
+    for (int64_t wp = std::max<int64_t>({0, p - W + 1, pass.window_floor}); wp <= p; ++wp)
+      entries.push_back(wp < p0 ? w.old.data() + size_t(wp - w.old_lo) * D : w.kv.data() + size_t(wp - p0) * D);
+    if (lists)
+      for (int k = 0; k < K; ++k)
+        if (int32_t j = selected(t, k); j >= 0) entries.push_back(comp_rows.data() + size_t(comp_slot[j]) * D);
+    float* ot = w.o.data() + size_t(t) * H * D;
+    cpu::sparse_attention(w.q.data() + size_t(t) * H * D, H, D, entries, c.w.attn_sink.data(), scale, ot);
+    for (int h = 0; h < H; ++h) c.rope.apply(ot + size_t(h) * D, D, p, /*inverse=*/true);
+  }
+  const int we = kv::WindowEntry::bytes(D);
+  for (int t = std::max(0, S - W); t < S; ++t)
+    std::copy_n(w.packed.data() + size_t(t) * we, we, ls.ring.data() + size_t((p0 + t) % W) * we);
+}
+
 // Grouped low-rank output: u_g = o_g · wo_a_gᵀ (BF16, no activation quant), then wo_b (FP8).
 inline void output_projection(const ModelShape& s, const LayerWeights& w, const float* o, int S, float* out) {
   const int H = s.num_attention_heads, D = s.head_dim, G = s.o_groups, R = s.o_lora_rank, gw = H * D / G;
@@ -199,94 +299,6 @@ inline void output_projection(const ModelShape& s, const LayerWeights& w, const 
       }
     }
   linear(w.wo_b, u.data(), S, out);
-}
-
-// §4.2 attention of one backbone layer over its normalized inputs x [S, d]; writes out [S, d].
-inline void attention(const AttnContext& c, SequenceState& st, ForwardShared& sh, const float* x, int S, int64_t p0,
-                      float* out) {
-  const ModelShape& s = c.s;
-  const int H = s.num_attention_heads, D = s.head_dim, W = s.sliding_window, d = s.hidden_size;
-  const int id = c.role.id;
-  LayerState& ls = st.layers[id];
-  std::vector<float> qr(size_t(S) * s.q_lora_rank), tmp(size_t(S) * s.q_lora_rank);
-  linear(c.w.wq_a, x, S, tmp.data());
-  rmsnorm(tmp.data(), c.w.q_norm.data(), S, s.q_lora_rank, float(s.rms_norm_eps), qr.data());
-  std::vector<float> q(size_t(S) * H * D);
-  linear(c.w.wq_b, qr.data(), S, q.data());
-  for (int t = 0; t < S; ++t)
-    for (int h = 0; h < H; ++h) c.rope.apply(q.data() + (size_t(t) * H + h) * D, D, p0 + t);
-
-  // This chunk's window entries, FP8 fake-quantized (packed into the ring after attention).
-  std::vector<float> kv(size_t(S) * D), kvn(size_t(S) * D);
-  linear(c.w.wkv, x, S, kv.data());
-  rmsnorm(kv.data(), c.w.kv_norm.data(), S, D, float(s.rms_norm_eps), kvn.data());
-  const int we = num::window_entry_size(D);
-  std::vector<uint8_t> packed(size_t(S) * we);
-  for (int t = 0; t < S; ++t) {
-    c.rope.apply(kvn.data() + size_t(t) * D, D, p0 + t);
-    num::pack_window_entry(kvn.data() + size_t(t) * D, D, packed.data() + size_t(t) * we);
-  }
-  // Ring entries of positions before the chunk still inside some row's window.
-  const int64_t old_lo = std::max<int64_t>({0, p0 - W + 1, c.window_floor});
-  std::vector<float> old(size_t(p0 - old_lo) * D);
-  for (int64_t p = old_lo; p < p0; ++p)
-    num::unpack_window_entry(ls.ring.data() + size_t(p % W) * we, D, old.data() + size_t(p - old_lo) * D);
-
-  // Compressed entries and the top-k lists.
-  const std::vector<int32_t>* lists = nullptr;
-  const LayerState* kvsrc = nullptr;
-  std::vector<int32_t> own;
-  if (c.role.ratio > 0) {
-    if (c.role.mode == AttnMode::Full && c.compress) compress(c, ls, x, S, p0);
-    kvsrc = &st.layers[c.role.kv_source];
-    if (c.role.mode == AttnMode::Full || c.role.mode == AttnMode::Reindex) {
-      own = index_select(c, *kvsrc, sh, x, qr.data(), S, p0);
-      if (c.hooks && c.hooks->topk) c.hooks->topk(c.hooks->ctx, id, p0, S, s.index_topk, own.data());
-      sh.lists[id] = std::move(own);
-    }
-    lists = &sh.lists[c.role.index_source];
-  }
-  const int me = num::main_entry_size(D);
-  std::vector<float> comp_rows;
-  std::vector<int> comp_slot;  // entry index -> row in comp_rows, -1 = not decoded
-  if (kvsrc) comp_slot.assign(size_t(kvsrc->n_entries), -1);
-
-  // Decode each compressed entry that some row selected, once.
-  auto selected = [&](int t, int k) -> int32_t {
-    const int32_t j = (*lists)[size_t(t) * s.index_topk + k];
-    const bool ok = j >= 0 && j < int32_t(comp_slot.size()) && j < (p0 + t + 1) / c.role.ratio;
-    return ok ? j : -1;
-  };
-  if (lists)
-    for (int t = 0; t < S; ++t)
-      for (int k = 0; k < s.index_topk; ++k)
-        if (int32_t j = selected(t, k); j >= 0 && comp_slot[j] < 0) {
-          comp_slot[j] = int(comp_rows.size() / D);
-          comp_rows.resize(comp_rows.size() + D);
-        }
-  for (size_t j = 0; j < comp_slot.size(); ++j)
-    if (comp_slot[j] >= 0)
-      num::unpack_main_entry(kvsrc->comp.data() + j * me, D, comp_rows.data() + size_t(comp_slot[j]) * D);
-  std::vector<float> o(size_t(S) * H * D);
-  const float scale = float(std::pow(double(D), -0.5));
-  for (int t = 0; t < S; ++t) {
-    const int64_t p = p0 + t;
-    std::vector<const float*> entries;
-    for (int64_t wp = std::max<int64_t>({0, p - W + 1, c.window_floor}); wp <= p; ++wp)
-      entries.push_back(wp < p0 ? old.data() + size_t(wp - old_lo) * D : kvn.data() + size_t(wp - p0) * D);
-    if (lists)
-      for (int k = 0; k < s.index_topk; ++k)
-        if (int32_t j = selected(t, k); j >= 0) entries.push_back(comp_rows.data() + size_t(comp_slot[j]) * D);
-    float* ot = o.data() + size_t(t) * H * D;
-    sparse_attention(q.data() + size_t(t) * H * D, H, D, entries, c.w.attn_sink.data(), scale, ot);
-    for (int h = 0; h < H; ++h) c.rope.apply(ot + size_t(h) * D, D, p, /*inverse=*/true);
-  }
-  // The ring keeps the chunk's last W entries.
-  for (int t = std::max(0, S - W); t < S; ++t)
-    std::copy_n(packed.data() + size_t(t) * we, we, ls.ring.data() + size_t((p0 + t) % W) * we);
-
-  output_projection(s, c.w, o.data(), S, out);
-  (void)d;
 }
 
 }  // namespace dsv41::cpu

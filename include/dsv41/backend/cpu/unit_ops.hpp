@@ -1,10 +1,12 @@
-// One layer unit on the CPU: Engram (SPEC §4.7), the mHC block around attention and MoE (§4.1, §4.6).
+// The layer unit's steps on the CPU: Engram (SPEC §4.7), MoE (§4.6) and the mHC seams (§4.1).
 #pragma once
 #include <cmath>
 #include <vector>
 
-#include <dsv41/backend/cpu/csa2_ops.hpp>
 #include <dsv41/backend/cpu/math.hpp>
+#include <dsv41/blocks/weights.hpp>
+#include <dsv41/config/model_shape.hpp>
+#include <dsv41/config/schedule.hpp>
 
 namespace dsv41::cpu {
 
@@ -79,34 +81,49 @@ inline void moe(const ModelShape& s, const LayerRole& role, const LayerWeights& 
   for (size_t i = 0; i < y.size(); ++i) out[i] = bf16(y[i] + sh[i]);
 }
 
-// The attention step of a block: maps normalized inputs x [S, d] to the sub-layer output [S, d].
-// Backbone layers use cpu::attention; DSpark stages supply their own.
-template <class AttnFn>
-inline void block(const ModelShape& s, const LayerRole& role, const LayerWeights& w, float* H, float* pre,
-                  const int32_t* tokens, int S, AttnFn&& attn) {
+// §4.1 mHC on the CPU: the three seams of a block (blocks/layer_unit.hpp mhc_block), per row.
+struct BlockWork {
+  int rows = 0;
+  std::vector<HcMix> mix_attn, mix_ffn;
+  std::vector<float> H1;                        // [rows, hc, d] streams between attention and MoE
+  std::vector<float> xa, a, xf, f;              // [rows, d]
+  float *x_attn = nullptr, *attn_out = nullptr, *x_ffn = nullptr, *ffn_out = nullptr;
+  explicit BlockWork(int S, int hc, int d)
+      : rows(S), mix_attn(size_t(S)), mix_ffn(size_t(S)), H1(size_t(S) * hc * d), xa(size_t(S) * d), a(size_t(S) * d),
+        xf(size_t(S) * d), f(size_t(S) * d), x_attn(xa.data()), attn_out(a.data()), x_ffn(xf.data()), ffn_out(f.data()) {}
+};
+
+// Mixes of H (attention's hc_attn) and the attention input: x_attn = norm(hc_pre(H, pre)).
+inline void mhc_pre(const ModelShape& s, const LayerWeights& w, const float* H, const float* pre, BlockWork& b) {
   const int hc = s.hc_mult, d = s.hidden_size;
-  const float eps = float(s.rms_norm_eps), hce = float(s.hc_eps);
-  const int it = s.hc_sinkhorn_iters;
-  std::vector<HcMix> mixA(static_cast<size_t>(S)), mixF(static_cast<size_t>(S));
-  std::vector<float> xa(size_t(S) * d), tmp(static_cast<size_t>(d)), a(size_t(S) * d);
-  for (int t = 0; t < S; ++t) {
+  std::vector<float> tmp(static_cast<size_t>(d));
+  for (int t = 0; t < b.rows; ++t) {
     const float* Ht = H + size_t(t) * hc * d;
-    mixA[t] = hc_mixes(Ht, hc, d, w.hc_attn, eps, it, hce);
+    b.mix_attn[t] = hc_mixes(Ht, hc, d, w.hc_attn, float(s.rms_norm_eps), s.hc_sinkhorn_iters, float(s.hc_eps));
     hc_pre(Ht, pre + size_t(t) * hc, hc, d, tmp.data());
-    rmsnorm(tmp.data(), w.attn_norm.data(), 1, d, eps, xa.data() + size_t(t) * d);
+    rmsnorm(tmp.data(), w.attn_norm.data(), 1, d, float(s.rms_norm_eps), b.xa.data() + size_t(t) * d);
   }
-  attn(xa.data(), a.data());
-  std::vector<float> H1(size_t(S) * hc * d), xf(size_t(S) * d), f(size_t(S) * d);
-  for (int t = 0; t < S; ++t) {
-    hc_post(a.data() + size_t(t) * d, H + size_t(t) * hc * d, mixA[t], hc, d, H1.data() + size_t(t) * hc * d);
-    mixF[t] = hc_mixes(H1.data() + size_t(t) * hc * d, hc, d, w.hc_ffn, eps, it, hce);
-    hc_pre(H1.data() + size_t(t) * hc * d, mixA[t].pre.data(), hc, d, tmp.data());
-    rmsnorm(tmp.data(), w.ffn_norm.data(), 1, d, eps, xf.data() + size_t(t) * d);
+}
+
+// H1 = hc_post(attention output, H); mixes of H1 (hc_ffn) and the MoE input x_ffn = norm(hc_pre(H1, pre_attn)).
+inline void mhc_seam(const ModelShape& s, const LayerWeights& w, const float* H, BlockWork& b) {
+  const int hc = s.hc_mult, d = s.hidden_size;
+  std::vector<float> tmp(static_cast<size_t>(d));
+  for (int t = 0; t < b.rows; ++t) {
+    float* H1t = b.H1.data() + size_t(t) * hc * d;
+    hc_post(b.a.data() + size_t(t) * d, H + size_t(t) * hc * d, b.mix_attn[t], hc, d, H1t);
+    b.mix_ffn[t] = hc_mixes(H1t, hc, d, w.hc_ffn, float(s.rms_norm_eps), s.hc_sinkhorn_iters, float(s.hc_eps));
+    hc_pre(H1t, b.mix_attn[t].pre.data(), hc, d, tmp.data());
+    rmsnorm(tmp.data(), w.ffn_norm.data(), 1, d, float(s.rms_norm_eps), b.xf.data() + size_t(t) * d);
   }
-  moe(s, role, w, xf.data(), tokens, S, f.data());
-  for (int t = 0; t < S; ++t) {
-    hc_post(f.data() + size_t(t) * d, H1.data() + size_t(t) * hc * d, mixF[t], hc, d, H + size_t(t) * hc * d);
-    std::copy(mixF[t].pre.begin(), mixF[t].pre.end(), pre + size_t(t) * hc);
+}
+
+// H = hc_post(MoE output, H1); pre = the MoE mixes' pre (the next unit's collapse weights).
+inline void mhc_post(const ModelShape& s, float* H, float* pre, const BlockWork& b) {
+  const int hc = s.hc_mult, d = s.hidden_size;
+  for (int t = 0; t < b.rows; ++t) {
+    hc_post(b.f.data() + size_t(t) * d, b.H1.data() + size_t(t) * hc * d, b.mix_ffn[t], hc, d, H + size_t(t) * hc * d);
+    std::copy(b.mix_ffn[t].pre.begin(), b.mix_ffn[t].pre.end(), pre + size_t(t) * hc);
   }
 }
 

@@ -112,6 +112,8 @@ class Scratch {
   Scratch(cudaMemPool_t pool, cudaStream_t s) : pool_(pool), s_(s) {}
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
+  Scratch(Scratch&& o) noexcept : pool_(o.pool_), s_(o.s_), ptrs_(std::move(o.ptrs_)) { o.ptrs_.clear(); }
+  Scratch& operator=(Scratch&&) = delete;
   ~Scratch() {
     for (void* p : ptrs_) cudaFreeAsync(p, s_);
   }

@@ -7,8 +7,7 @@
 
 namespace dsv41::gpu {
 
-template <class>
-class ForwardT;
+class DeviceModel;
 
 // One layer's device state (SPEC §6): W window entries; KV sources also their compressed entries, index
 // keys and (ratio > 1) the pending rows of the unfinished group. Counters are host-side: they follow
@@ -18,7 +17,7 @@ struct DeviceLayerState {
   uint8_t* comp = nullptr;     // [cap, D/2 + D/16]
   uint8_t* ikeys = nullptr;    // [cap, dI/2 + dI/32]
   float* pend_kv = nullptr;    // [ratio, D] FP32
-  float* pend_z = nullptr;     // [ratio, D] FP32
+  float* pend_score = nullptr; // [ratio, D] FP32 (the gate's scores)
   int64_t n_entries = 0, cap = 0;
   int n_pend = 0;
 };
@@ -43,8 +42,7 @@ class DeviceSequence {
   const void* owner() const { return owner_; }
 
  private:
-  template <class>
-  friend class ForwardT;
+  friend class DeviceModel;
   DeviceArena mem_;
   size_t global_bytes_ = 0, window_bytes_ = 0;
   const void* owner_ = nullptr;

@@ -19,7 +19,7 @@ namespace dsv41::gpu {
 
 struct DeviceLayerSnapshot {
   uint8_t* slots = nullptr;  // old bytes of ring slots pos..pos+n_slots−1, in order
-  float *pend_kv = nullptr, *pend_z = nullptr;
+  float *pend_kv = nullptr, *pend_score = nullptr;
   int n_slots = 0, n_pend = 0;
   int64_t n_entries = 0;
   int ratio = 0;             // > 0: the layer owns a compressor
@@ -67,10 +67,10 @@ class DeviceSnapshot {
       if (ls.pend_kv) {
         const size_t pb = size_t(o.ratio) * sn.pend_width * 4;
         o.pend_kv = reinterpret_cast<float*>(base);
-        o.pend_z = reinterpret_cast<float*>(base + pb);
+        o.pend_score = reinterpret_cast<float*>(base + pb);
         base += 2 * pb;
         DSV41_CUDA_TRY(cudaMemcpyAsync(o.pend_kv, ls.pend_kv, pb, cudaMemcpyDeviceToDevice, stream), "snapshot");
-        DSV41_CUDA_TRY(cudaMemcpyAsync(o.pend_z, ls.pend_z, pb, cudaMemcpyDeviceToDevice, stream), "snapshot");
+        DSV41_CUDA_TRY(cudaMemcpyAsync(o.pend_score, ls.pend_score, pb, cudaMemcpyDeviceToDevice, stream), "snapshot");
       }
     }
     return Result<DeviceSnapshot>(std::move(sn));
@@ -143,7 +143,7 @@ class DeviceSnapshot {
       if (o.pend_kv) {
         const size_t pb = size_t(o.ratio) * pend_width * 4;
         DSV41_CUDA_TRY(cudaMemcpyAsync(ls.pend_kv, o.pend_kv, pb, cudaMemcpyDeviceToDevice, stream), "restore");
-        DSV41_CUDA_TRY(cudaMemcpyAsync(ls.pend_z, o.pend_z, pb, cudaMemcpyDeviceToDevice, stream), "restore");
+        DSV41_CUDA_TRY(cudaMemcpyAsync(ls.pend_score, o.pend_score, pb, cudaMemcpyDeviceToDevice, stream), "restore");
       }
       ls.n_entries = o.n_entries;
       ls.n_pend = o.n_pend;

@@ -33,7 +33,7 @@ inline Status upload_state(const ModelShape& s, const SequenceState& c, DeviceSe
     DSV41_TRY(h2d(dl.comp, cl.comp.data(), size_t(cl.n_entries) * me));
     DSV41_TRY(h2d(dl.ikeys, cl.ikeys.data(), size_t(cl.n_entries) * ie));
     DSV41_TRY(h2d(dl.pend_kv, cl.pend_kv.data(), cl.pend_kv.size() * 4));
-    DSV41_TRY(h2d(dl.pend_z, cl.pend_score.data(), cl.pend_score.size() * 4));
+    DSV41_TRY(h2d(dl.pend_score, cl.pend_score.data(), cl.pend_score.size() * 4));
     dl.n_entries = cl.n_entries;
     dl.n_pend = n_pend;
   }
@@ -64,7 +64,7 @@ inline Status download_state(const ModelShape& s, const DeviceSequence& d, Seque
     DSV41_TRY(d2h(cl.comp.data(), dl.comp, cl.comp.size()));
     DSV41_TRY(d2h(cl.ikeys.data(), dl.ikeys, cl.ikeys.size()));
     DSV41_TRY(d2h(cl.pend_kv.data(), dl.pend_kv, cl.pend_kv.size() * 4));
-    DSV41_TRY(d2h(cl.pend_score.data(), dl.pend_z, cl.pend_score.size() * 4));
+    DSV41_TRY(d2h(cl.pend_score.data(), dl.pend_score, cl.pend_score.size() * 4));
     cl.n_entries = dl.n_entries;
   }
   DSV41_CUDA_TRY(cudaStreamSynchronize(stream), "download_state");

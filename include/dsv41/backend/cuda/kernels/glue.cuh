@@ -19,7 +19,7 @@
 
 namespace dsv41::gpu {
 
-namespace mk {
+namespace glue {
 
 constexpr int kThreads = 256;
 inline unsigned blocks_for(int64_t n, int t = kThreads) { return unsigned((n + t - 1) / t); }
@@ -792,7 +792,7 @@ __global__ void confidence_kernel(const bf16_t* __restrict__ xb, const bf16_t* _
   if (threadIdx.x == 0) conf[i] = acc;
 }
 
-}  // namespace mk
+}  // namespace glue
 
 // ---------------- launchers ----------------
 
@@ -804,7 +804,7 @@ inline Status mhc_step_any(const MhcParams& p, int hc, cudaStream_t stream) {
   if (p.d % 256 == 0 && p.v && p.partial) return mhc_step(p, hc, stream);
   const size_t smem = size_t(p.d) * sizeof(float);
   if (smem > 48 * 1024) return bad_arg("mhc_step_any: d too large for the generic kernel");
-  mk::mhc_generic_kernel<4><<<p.T, 256, smem, stream>>>(p);
+  glue::mhc_generic_kernel<4><<<p.T, 256, smem, stream>>>(p);
   return launch_status("mhc generic");
 }
 
@@ -815,10 +815,10 @@ inline Status sparse_attention_any(const SparseAttnParams& p, cudaStream_t strea
   const size_t smem = size_t(p.D) * 4 + size_t(tot) * 8;
   if (smem > 227 * 1024) return bad_arg("sparse_attention_any: too many entries");
   if (smem > 48 * 1024)
-    DSV41_CUDA_TRY(cudaFuncSetAttribute(mk::sparse_attn_generic_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    DSV41_CUDA_TRY(cudaFuncSetAttribute(glue::sparse_attn_generic_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(smem)),
                    "sparse attention generic: smem attribute");
-  mk::sparse_attn_generic_kernel<<<dim3(p.H, p.R), 128, smem, stream>>>(p);
+  glue::sparse_attn_generic_kernel<<<dim3(p.H, p.R), 128, smem, stream>>>(p);
   return launch_status("sparse attention generic");
 }
 
@@ -827,7 +827,7 @@ inline Status index_scores_any(const IndexScoreParams& p, cudaStream_t stream) {
   if (p.dI == 128 && (p.nI == 16 || p.nI == 32)) return index_scores(p, stream);
   if (p.dI % 32) return bad_arg("index_scores_any: dI % 32");
   const int64_t warps = int64_t(p.R) * p.n;
-  mk::index_scores_generic_kernel<<<mk::blocks_for(warps * 32), mk::kThreads, 0, stream>>>(p);
+  glue::index_scores_generic_kernel<<<glue::blocks_for(warps * 32), glue::kThreads, 0, stream>>>(p);
   return launch_status("index scores generic");
 }
 

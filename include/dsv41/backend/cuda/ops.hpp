@@ -1,0 +1,365 @@
+// The CUDA backend: the ops the blocks ask for (blocks/backend_ops.hpp) on one GPU, with the semantics and rounding
+// points of the CPU's (backend/cpu/ops.hpp). Work runs on the stream given at creation; scratch comes from the
+// model's stream-ordered pool, so a forward makes no device synchronization unless hooks are given (a debug path
+// that copies rows to the host and back) or the caller asks for host outputs. A decode step of several sequences
+// is one forward over B rows: weight-side work once for the batch, cache-side work per row through pointer tables.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <memory>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <dsv41/backend/cuda/batch.hpp>
+#include <dsv41/backend/cuda/dspark_ops.hpp>
+#include <dsv41/backend/cuda/snapshot.hpp>
+#include <dsv41/backend/cuda/upload.hpp>
+#include <dsv41/blocks/backend_ops.hpp>
+#include <dsv41/blocks/forward_types.hpp>
+#include <dsv41/blocks/weights.hpp>
+#include <dsv41/config/presets.hpp>
+
+namespace dsv41::gpu {
+
+template <class Config = configs::Dynamic>
+class Ops : public DsparkOps {
+ public:
+  using State = DeviceSequence;
+  using Snapshot = DeviceSnapshot;
+  using Batch = gpu::Batch;
+  using Streams = gpu::Streams;
+  using BlockWork = gpu::BlockWork;
+  using AttentionWork = gpu::AttentionWork;
+  using DraftWork = gpu::DraftWork;
+  using Context = cudaStream_t;                      // the stream work runs on (null: the legacy default stream)
+  static constexpr bool on_host = false;
+  static constexpr bool keeps_host_weights = false;  // uploaded once at creation
+  static constexpr bool batches_decode = true;
+
+  // Uploads the bound weights (host views of a checkpoint) once; host memory is not needed afterwards.
+  static Result<std::unique_ptr<Ops>> create(const ModelShape& s, const Weights& hw, engram::Setup eg, cudaStream_t stream) {
+    std::unique_ptr<Ops> f(new Ops(s, std::move(eg), stream));
+    DSV41_TRY(f->check_shape());
+    DSV41_TRY(f->create_pool());
+    Uploader up(stream);
+    WeightUpload wu(f->wmem_, up);
+    DSV41_TRY(wu.all(f->s_, f->sched_, hw, f->w_.embed, f->w_.head, f->w_.norm, f->layers_));
+    DSV41_TRY(up.finish());
+    return Result<std::unique_ptr<Ops>>(std::move(f));
+  }
+
+  using DsparkOps::head;
+  using DsparkOps::markov_bias;
+
+  Status check_state(const DeviceSequence& st) const {
+    if (!owns(st) || st.layers.size() != sched_.size())
+      return error(Code::invalid_argument, "forward: sequence made by another model");
+    if (st.damaged)
+      return error(Code::invalid_argument, "forward: the sequence was damaged by an earlier failed forward; restore a snapshot");
+    return Status::Ok();
+  }
+
+  // Forgets the window rings (SequenceState::drop_windows' counterpart); replay_window rebuilds them.
+  Status drop_windows(DeviceSequence& st) const {
+    const size_t rb = size_t(s_.sliding_window) * kv::WindowEntry::bytes(s_.head_dim);
+    for (auto& ls : st.layers)
+      if (ls.ring) DSV41_CUDA_TRY(cudaMemsetAsync(ls.ring, 0, rb, stream_), "drop windows");
+    return Status::Ok();
+  }
+
+  Status synchronize() const { return cuda_status(cudaStreamSynchronize(stream_), "synchronize"); }
+
+  Result<DeviceSnapshot> take_snapshot(const DeviceSequence& st, std::span<const int32_t> ids) const {
+    return DeviceSnapshot::take(s_, sched_, st, ids, stream_);
+  }
+  Result<int> restore(DeviceSequence& st, const DeviceSnapshot& sn, int keep) const { return sn.restore(st, keep, stream_); }
+
+  // Device logits for a host caller: rows [rows, V] in a stream-ordered block, read back with one synchronization.
+  class LogitsSink {
+   public:
+    float* target(bool want = true) const { return want ? reinterpret_cast<float*>(buf_.data()) : nullptr; }
+    Status read(std::vector<float>& dst) const {
+      dst.resize(size_t(rows_) * V_);
+      DSV41_CUDA_TRY(cudaMemcpyAsync(dst.data(), buf_.data(), dst.size() * 4, cudaMemcpyDeviceToHost, stream_), "logits");
+      return cuda_status(cudaStreamSynchronize(stream_), "logits");
+    }
+    Status read_rows(std::span<std::vector<float>* const> rows) const {
+      for (size_t b = 0; b < rows.size(); ++b) {
+        if (!rows[b]) continue;
+        rows[b]->resize(size_t(V_));
+        DSV41_CUDA_TRY(cudaMemcpyAsync(rows[b]->data(), buf_.data() + b * size_t(V_) * 4, size_t(V_) * 4,
+                                       cudaMemcpyDeviceToHost, stream_),
+                       "logits");
+      }
+      return cuda_status(cudaStreamSynchronize(stream_), "decode");
+    }
+
+   private:
+    friend class Ops;
+    StreamBlock buf_;
+    int rows_ = 0, V_ = 0;
+    cudaStream_t stream_ = nullptr;
+  };
+  Result<LogitsSink> logits_sink(ForwardResult* res, int rows) const {
+    if (res) res->taps.clear();  // taps stay on the device
+    LogitsSink k;
+    k.rows_ = rows;
+    k.V_ = s_.vocab_size;
+    k.stream_ = stream_;
+    DSV41_TRY(k.buf_.alloc(size_t(rows) * s_.vocab_size * 4, stream_));
+    return Result<LogitsSink>(std::move(k));
+  }
+
+  // ---- batches ----
+
+  Batch new_batch() const { return Batch(scratch()); }
+
+  // Rows ids at positions p0.. of st, with the Engram history before them. d_logits: device [rows, V] (every row
+  // when all_logits, else the last), or null.
+  Status begin(Batch& b, DeviceSequence& st, std::span<const int32_t> ids, std::span<const int32_t> history, int64_t p0,
+               const ForwardHooks* hooks, bool all_logits, float* d_logits) const {
+    b.begun = {SequenceRows{&st, p0, 0, int(ids.size())}};
+    const std::span<const int32_t> hist[] = {history};
+    return start(b, ids, hist, hooks, all_logits, d_logits);
+  }
+
+  // One row per sequence, each at its own position. d_logits: device [B, V] or null.
+  Status begin_decode(Batch& b, std::span<DeviceSequence* const> seqs, std::span<const int32_t> ids, float* d_logits) const {
+    std::vector<std::span<const int32_t>> hist;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      b.begun.push_back(SequenceRows{seqs[i], seqs[i]->pos, int(i), 1});
+      hist.emplace_back(seqs[i]->history);
+    }
+    return start(b, ids, hist, nullptr, false, d_logits);
+  }
+
+  // Runs f; on error the sequences' host counters are put back, and a sequence that ran several rows is marked
+  // damaged (its ring slots or pending rows may be overwritten; a snapshot restores it).
+  template <class F>
+  Status guarded(std::span<DeviceSequence* const> seqs, std::span<const int32_t> ids, F&& f) const {
+    std::vector<std::vector<std::pair<int64_t, int>>> saved(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i)
+      for (const auto& ls : seqs[i]->layers) saved[i].emplace_back(ls.n_entries, ls.n_pend);
+    Status r = f();
+    if (r.ok()) return r;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      auto& L = seqs[i]->layers;
+      for (size_t l = 0; l < L.size(); ++l) std::tie(L[l].n_entries, L[l].n_pend) = saved[i][l];
+      if (seqs.size() == 1 && ids.size() > 1) seqs[i]->damaged = true;
+    }
+    return r;
+  }
+
+  // Positions and Engram histories after the batch's rows.
+  Status advance(Batch& b) const {
+    const size_t keep = size_t(std::max(s_.engram_max_ngram_size - 1, 0));
+    for (const SequenceRows& g : b.begun) {
+      g.st->pos = g.p0 + g.n;
+      auto& h = g.st->history;
+      h.insert(h.end(), b.ids.begin() + g.row0, b.ids.begin() + g.row0 + g.n);
+      if (h.size() > keep) h.erase(h.begin(), h.end() - std::ptrdiff_t(keep));
+    }
+    return Status::Ok();
+  }
+
+  // ---- the stack's steps ----
+
+  Status embed(Batch& b) const {
+    mark("embed");
+    glue::embed_kernel<<<b.S, 128, 0, stream_>>>(w_.embed.bf16(), b.in.ids, s_.hc_mult, s_.hidden_size, b.H, b.pre);
+    return launch_status("embed");
+  }
+
+  // Keeps the last rows from off on (SPEC §5 decoder bounded replay; one sequence).
+  Status keep_tail(Batch& b, int off) const {
+    const int hc = s_.hc_mult, d = s_.hidden_size, nt = std::max(n_taps(), 1), K = s_.index_topk;
+    b.off += off;
+    b.now -= off;
+    b.segs[0].p0 += off;
+    b.segs[0].n -= off;
+    b.H += size_t(off) * hc * d;
+    b.pre += size_t(off) * hc;
+    b.taps += size_t(off) * nt * d;
+    b.in.ids += off;
+    b.in.pos += off;
+    if (b.in.hash) b.in.hash += size_t(off) * hash_cols();
+    for (auto& p : b.handoff.lists)
+      if (p) p += size_t(off) * K;
+    CandidateMask& c = b.handoff.cand[0];
+    if (c.has) {
+      c.sel += size_t(off) * c.nb;
+      c.vis += off;
+    }
+    return Status::Ok();
+  }
+
+  // Logits of every row (all_logits, or a decode batch) or of each sequence's last row.
+  Status head(Batch& b) const {
+    mark("head");
+    if (!b.logits) return Status::Ok();
+    const int hc = s_.hc_mult, d = s_.hidden_size, V = s_.vocab_size;
+    if (b.all_logits && b.off > 0) return error(Code::unsupported, "CUDA forward: all_logits with bounded replay");
+    const bool every_row = b.all_logits || std::all_of(b.segs.begin(), b.segs.end(), [](const SequenceRows& g) { return g.n == 1; });
+    if (every_row) return head_rows(b.H, b.pre, b.now, b.logits);
+    for (size_t i = 0; i < b.segs.size(); ++i) {
+      const int last = b.segs[i].row0 + b.segs[i].n - 1;
+      DSV41_TRY(head_rows(b.H + size_t(last) * hc * d, b.pre + size_t(last) * hc, 1, b.logits + i * size_t(V)));
+    }
+    return Status::Ok();
+  }
+
+  Status observe_taps(Batch& b) const {
+    if (b.hooks && b.hooks->taps && n_taps() > 0) return hook_taps(b.hooks, b.begun[0].p0, b.S, b.taps0);
+    return Status::Ok();
+  }
+
+  Status seed_dspark(Batch& b) const {
+    mark("dspark seed");
+    return DsparkOps::seed_dspark(b.begun, b.taps0, b.in0.pos);
+  }
+
+  // ---- the layer unit's steps ----
+
+  Status observe_unit(int l, Batch& b, UnitPoint at) const {
+    if (!b.hooks) return Status::Ok();
+    const bool input = at == UnitPoint::input;
+    if ((input && b.hooks->unit_input) || (!input && b.hooks->unit_output))
+      return hook_unit(b.hooks, input, l, b.segs[0].p0, b.now, b.H, b.pre);
+    return Status::Ok();
+  }
+
+  Status engram(int l, Batch& b) const {
+    mark("engram");
+    return UnitOps::engram(layers_[size_t(l)], sched_[size_t(l)].engram_slot, b.in.hash, b.in.ids, b.H, b.now);
+  }
+
+  Status dspark_tap(int l, Batch& b) const {
+    glue::taps_kernel<<<glue::blocks_for(int64_t(b.now) * s_.hidden_size), glue::kThreads, 0, stream_>>>(
+        b.H, b.now, s_.hc_mult, s_.hidden_size, n_taps(), sched_[size_t(l)].tap_slot, b.taps);
+    return launch_status("taps");
+  }
+
+  // ---- mHC and MoE ----
+
+  Result<BlockWork> block_work(int rows) const { return make_block_work(rows); }
+  Status mhc_pre(int l, const Streams& s, BlockWork& w) const { return mhc_first(l, s, w); }
+  Status mhc_seam(int l, const Streams& s, BlockWork& w) const { return mhc_second(l, s, w); }
+  Status mhc_post(int, const Streams& s, BlockWork& w) const { return mhc_last(s, w); }
+  Status moe(int l, const int32_t* tokens, const bf16_t* x, bf16_t* out, int rows) const {
+    mark("moe");
+    return moe_rows(sched_[size_t(l)], layers_[size_t(l)], x, tokens, rows, out);
+  }
+
+  // ---- CSA2 attention ----
+
+  Result<AttentionWork> attention_work(int, Batch&) const { return AttentionWork(scratch()); }
+  Status queries(int l, Batch& b, const bf16_t* x, AttentionWork& w) const { return attn_queries(l, b, x, w); }
+  Status window_entries(int l, Batch& b, const bf16_t*, AttentionWork& w, const StackPass& pass) const {
+    return attn_window_entries(l, b, w, pass);
+  }
+  Status compress(int l, Batch& b, const bf16_t* x, AttentionWork& w) const { return attn_compress(l, b, x, w); }
+  Status index_select(int l, Batch& b, const bf16_t* x, AttentionWork& w) const { return attn_index(l, b, x, w); }
+  Status sparse_attention(int l, Batch& b, AttentionWork& w, bool reads_compressed, const StackPass&) const {
+    return attn_sparse(l, b, w, reads_compressed);
+  }
+  Status output_projection(int l, Batch& b, AttentionWork& w, bf16_t* out) const { return attn_output(l, b, w, out); }
+
+  // ---- DSpark ----
+
+  Result<DraftWork> draft_block(const DeviceSequence&, int32_t y) const { return make_draft_block(y); }
+  Status draft_attention(const DeviceSequence& st, int l, const bf16_t* x, int64_t p, bf16_t* out) const {
+    return DsparkOps::draft_attention(st, l, x, p, out);
+  }
+  Status draft_head(DraftWork& d, const DraftBuffers& out) const { return draft_outputs(d, out); }
+  Status draft_head(DraftWork& d, DraftResult& out) const { return draft_outputs(d, out); }
+
+ private:
+  Ops(const ModelShape& s, engram::Setup eg, cudaStream_t stream) : DsparkOps(s, std::move(eg), stream) {}
+
+  Status check_shape() const {
+    const ModelShape& s = s_;
+    auto bad = [](const std::string& m) { return error(Code::unsupported, "CUDA forward: " + m); };
+    if (s.hc_mult != 4) return bad("hc_mult must be 4");
+    if (s.hidden_size % 64 || s.moe_intermediate_size % 64) return bad("hidden_size and moe_intermediate_size % 64");
+    if (s.head_dim % 32 || s.q_lora_rank % 32 || s.index_head_dim % 32 || s.engram_head_dim % 32)
+      return bad("head_dim, q_lora_rank, index_head_dim, engram_head_dim % 32");
+    if (s.hidden_size > 8192 || s.head_dim > 1024) return bad("hidden_size ≤ 8192, head_dim ≤ 1024");
+    if ((s.num_attention_heads * s.head_dim) % s.o_groups || ((s.num_attention_heads * s.head_dim) / s.o_groups) % 32)
+      return bad("o_groups must split H·D into multiples of 32");
+    if (s.o_groups * s.o_lora_rank % 32) return bad("o_groups·o_lora_rank % 32");
+    return Status::Ok();
+  }
+
+
+  // The batch's inputs on the device, its residual streams and taps.
+  Status start(Batch& b, std::span<const int32_t> ids, std::span<const std::span<const int32_t>> histories,
+               const ForwardHooks* hooks, bool all_logits, float* d_logits) const {
+    const int S = int(ids.size()), hc = s_.hc_mult, d = s_.hidden_size, nt = std::max(n_taps(), 1);
+    if (hooks && b.begun.size() != 1) return error(Code::invalid_argument, "CUDA forward: hooks take one sequence");
+    b.segs = b.begun;
+    b.ids = ids;
+    b.S = b.now = S;
+    b.hooks = hooks;
+    b.all_logits = all_logits;
+    b.logits = d_logits;
+    DSV41_TRY(put_rows(b.begun, histories, ids, b.fs, hooks, b.in0));
+    b.in = b.in0;
+    DSV41_TRY(b.fs.get(b.H0, size_t(S) * hc * d));
+    DSV41_TRY(b.fs.get(b.pre0, size_t(S) * hc));
+    DSV41_TRY(b.fs.get(b.taps0, size_t(S) * nt * d));
+    b.H = b.H0;
+    b.pre = b.pre0;
+    b.taps = b.taps0;
+    b.handoff.lists.assign(sched_.size(), nullptr);
+    b.handoff.cand.assign(b.begun.size(), CandidateMask{});
+    return Status::Ok();
+  }
+
+  // Token ids, positions and Engram row ids of every row to the device, in one buffer.
+  Status put_rows(std::span<const SequenceRows> segs, std::span<const std::span<const int32_t>> histories,
+                  std::span<const int32_t> ids, Scratch& fs, const ForwardHooks* hooks, RowInputs& in) const {
+    const size_t S = ids.size(), hp = hash_cols();
+    const size_t ids_b = (S * 4 + 7) / 8 * 8, pos_b = S * 8, hash_b = S * hp * 8;
+    std::vector<uint8_t> host(ids_b + pos_b + hash_b);
+    std::memcpy(host.data(), ids.data(), S * 4);
+    auto* pos = reinterpret_cast<int64_t*>(host.data() + ids_b);
+    for (const SequenceRows& g : segs)
+      for (int t = 0; t < g.n; ++t) pos[g.row0 + t] = g.p0 + t;
+    if (hp) {
+      auto* hash = reinterpret_cast<int64_t*>(host.data() + ids_b + pos_b);
+      for (size_t i = 0; i < segs.size(); ++i) {
+        const SequenceRows& g = segs[i];
+        std::span<int64_t> out(hash + size_t(g.row0) * hp, size_t(g.n) * hp);
+        DSV41_TRY(engram::hash_ids(plan_, token_map_, s_.image_token_id, ids.subspan(size_t(g.row0), size_t(g.n)),
+                                   histories[i], out));
+        if (hooks && hooks->engram_ids) hooks->engram_ids(hooks->ctx, g.p0, g.n, int(hp), out.data());
+      }
+    }
+    uint8_t* dev = nullptr;
+    DSV41_TRY(fs.get(dev, host.size()));
+    DSV41_TRY(put_bytes(host.data(), host.size(), dev));
+    in.ids = reinterpret_cast<int32_t*>(dev);
+    in.pos = reinterpret_cast<int64_t*>(dev + ids_b);
+    in.hash = hp ? reinterpret_cast<int64_t*>(dev + ids_b + pos_b) : nullptr;
+    return Status::Ok();
+  }
+
+};
+
+// The GPU model's ops for runtime shapes (configs::Dynamic): what benches and tools drive directly.
+using Forward = Ops<configs::Dynamic>;
+
+}  // namespace dsv41::gpu
+
+namespace dsv41 {
+struct Cuda;
+template <class Backend, class Config>
+struct BackendOps;
+template <class Config>
+struct BackendOps<Cuda, Config> {
+  using type = gpu::Ops<Config>;
+};
+}  // namespace dsv41

@@ -1,0 +1,155 @@
+// The layer unit's steps on the GPU: Engram (SPEC §4.7), the DSpark tap, the mHC seams (§4.1, kernels/mhc.cuh:
+// each seam one pass over the residual streams) and the MoE (§4.6, kernels/moe.cuh).
+#pragma once
+#include <cmath>
+
+#include <dsv41/backend/cuda/batch.hpp>
+#include <dsv41/backend/cuda/hook_copies.hpp>
+#include <dsv41/backend/cuda/kernels/mhc.cuh>
+#include <dsv41/backend/cuda/kernels/moe.cuh>
+
+namespace dsv41::gpu {
+
+// The intermediate rows of one mHC block.
+struct BlockWork {
+  explicit BlockWork(Scratch s) : sc(std::move(s)) {}
+  Scratch sc;
+  int rows = 0;
+  float *mix_attn = nullptr, *mix_ffn = nullptr;         // [rows, (2 + hc)·hc]
+  bf16_t *x_attn = nullptr, *attn_out = nullptr;         // [rows, d]
+  bf16_t* H1 = nullptr;                                  // [rows, hc, d] streams between attention and MoE
+  bf16_t *x_ffn = nullptr, *ffn_out = nullptr;           // [rows, d]
+  MhcParams seam;                                        // the last seam's parameters
+};
+
+class UnitOps : public HookCopies {
+ protected:
+  using HookCopies::HookCopies;
+
+  // §4.7 Engram on all streams of H [S, hc, d].
+  Status engram(const DLayer& w, int slot, const int64_t* d_hash, const int32_t* d_ids, bf16_t* H, int S) const {
+    const int hc = s_.hc_mult, d = s_.hidden_size, hd = s_.engram_head_dim, cols = int(plan_.cols());
+    const int stride = int(plan_.n_layers()) * cols, K = cols * hd;
+    Scratch sc(pool_, stream_);
+    bf16_t *rows = nullptr, *kv = nullptr;
+    DSV41_TRY(sc.get(rows, size_t(S) * K));
+    DSV41_TRY(sc.get(kv, size_t(S) * (hc + 1) * d));
+    glue::engram_gather_kernel<<<glue::blocks_for(int64_t(S) * K), glue::kThreads, 0, stream_>>>(
+        d_hash, stride, slot * cols, cols, hd, w.engram_table, w.engram_scale, w.engram_rows, S, rows);
+    DSV41_TRY(launch_status("engram gather"));
+    uint8_t *xc = nullptr, *xe = nullptr;
+    DSV41_TRY(act_quant(rows, S, K, xc, xe, sc));
+    DSV41_TRY(linear_fp8(xc, xe, S, w.engram_wkv, kv, int64_t(hc + 1) * d));
+    const float inv_sqrt_d = float(std::pow(double(d), -0.5));
+    glue::engram_gate_kernel<<<S * hc, 128, 0, stream_>>>(kv, w.engram_qk, d_ids, s_.image_token_id, hc, d, eps(),
+                                                         inv_sqrt_d, H);
+    return launch_status("engram gate");
+  }
+
+  Result<BlockWork> make_block_work(int S) const {
+    const int hc = s_.hc_mult, d = s_.hidden_size, NM = (2 + hc) * hc;
+    BlockWork w(scratch());
+    w.rows = S;
+    DSV41_TRY(w.sc.get(w.mix_attn, size_t(S) * NM));
+    DSV41_TRY(w.sc.get(w.mix_ffn, size_t(S) * NM));
+    DSV41_TRY(w.sc.get(w.x_attn, size_t(S) * d));
+    DSV41_TRY(w.sc.get(w.attn_out, size_t(S) * d));
+    DSV41_TRY(w.sc.get(w.H1, size_t(S) * hc * d));
+    DSV41_TRY(w.sc.get(w.x_ffn, size_t(S) * d));
+    DSV41_TRY(w.sc.get(w.ffn_out, size_t(S) * d));
+    return Result<BlockWork>(std::move(w));
+  }
+
+  // Seam 1: mixes of H; x_attn = norm(hc_pre(H, pre)).
+  Status mhc_first(int l, const Streams& s, BlockWork& w) const {
+    const DLayer& L = layers_[size_t(l)];
+    const int hc = s_.hc_mult, d = s_.hidden_size;
+    MhcParams& pa = w.seam;
+    pa = MhcParams{};
+    pa.T = s.rows;
+    pa.d = d;
+    pa.H_in = s.H;
+    pa.pre_use = s.pre;
+    pa.pre_stride = hc;
+    pa.fn = L.hc_attn_fn;
+    pa.base = L.hc_attn_base;
+    pa.scale = L.hc_attn_scale;
+    pa.norm_w = L.attn_norm;
+    pa.norm_eps = eps();
+    pa.hc_eps = float(s_.hc_eps);
+    pa.iters = s_.hc_sinkhorn_iters;
+    pa.mix_out = w.mix_attn;
+    pa.y = w.x_attn;
+    if (d % 256 == 0) {
+      uint8_t* ws = nullptr;
+      DSV41_TRY(w.sc.get(ws, mhc_workspace_bytes(s.rows, d, hc)));
+      mhc_set_workspace(pa, hc, ws);
+    }
+    mark("mhc");
+    return mhc_step_any(pa, hc, stream_);
+  }
+
+  // Seam 2: H1 = hc_post(attn_out, H); mixes of H1; x_ffn = norm(hc_pre(H1, pre of seam 1)).
+  Status mhc_second(int l, const Streams&, BlockWork& w) const {
+    const DLayer& L = layers_[size_t(l)];
+    const int hc = s_.hc_mult, NM = (2 + hc) * hc;
+    MhcParams pf = w.seam;
+    pf.x = w.attn_out;
+    pf.mix_prev = w.mix_attn;
+    pf.H_out = w.H1;
+    pf.pre_use = w.mix_attn;
+    pf.pre_stride = NM;
+    pf.fn = L.hc_ffn_fn;
+    pf.base = L.hc_ffn_base;
+    pf.scale = L.hc_ffn_scale;
+    pf.norm_w = L.ffn_norm;
+    pf.mix_out = w.mix_ffn;
+    pf.y = w.x_ffn;
+    mark("mhc");
+    return mhc_step_any(pf, hc, stream_);
+  }
+
+  // Seam 3: H = hc_post(ffn_out, H1); pre = the MoE mixes' pre.
+  Status mhc_last(const Streams& s, BlockWork& w) const {
+    const int hc = s_.hc_mult, d = s_.hidden_size, S = s.rows;
+    mark("mhc");
+    glue::hc_post_kernel<<<glue::blocks_for(int64_t(S) * d), glue::kThreads, 0, stream_>>>(w.ffn_out, w.H1, w.mix_ffn, S,
+                                                                                          hc, d, s.H, s.pre);
+    return launch_status("hc_post");
+  }
+
+  // §4.6 MoE of x [S, d] into out [S, d].
+  Status moe_rows(const LayerRole& role, const DLayer& w, const bf16_t* x, const int32_t* d_tokens, int S, bf16_t* out) const {
+    MoeShape ms;
+    ms.T = S;
+    ms.d = s_.hidden_size;
+    ms.E = role.n_experts;
+    ms.k = role.top_k;
+    ms.I = s_.moe_intermediate_size;
+    ms.route_scale = float(s_.routed_scaling_factor);
+    ms.limit = float(s_.swiglu_limit);
+    ms.norm_topk = s_.norm_topk_prob;
+    MoeWeights mw;
+    mw.gate = w.gate.bf16();
+    mw.bias = w.gate_bias;
+    mw.w1 = {w.ew1, w.es1, w.w13_stride, w.s13_stride};
+    mw.w3 = {w.ew3, w.es3, w.w13_stride, w.s13_stride};
+    mw.w2 = {w.ew2, w.es2, w.w2_stride, w.s2_stride};
+    mw.s1 = {w.shared_w1.w, w.shared_w1.s, 0, 0};
+    mw.s2 = {w.shared_w2.w, w.shared_w2.s, 0, 0};
+    mw.s3 = {w.shared_w3.w, w.shared_w3.s, 0, 0};
+    if (w.gate_bias_vl && d_tokens && s_.image_token_id >= 0) {
+      mw.bias_vl = w.gate_bias_vl;
+      mw.tokens = d_tokens;
+      mw.image_token_id = s_.image_token_id;
+    }
+    Scratch sc(pool_, stream_);
+    const size_t wsb = moe_workspace_bytes(ms);
+    uint8_t* ws = nullptr;
+    DSV41_TRY(sc.get(ws, wsb));
+    return gpu::moe(ms, mw, x, out, ws, wsb, stream_);
+  }
+
+};
+
+}  // namespace dsv41::gpu
