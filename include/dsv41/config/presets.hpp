@@ -1,12 +1,15 @@
 // Compile-time model configurations as traits types (static constexpr members; nvcc 13 mishandles
-// class-type template parameters, so configs are types, not values). Per-layer schedules are
-// constexpr arrays. `to_shape<Config>()` gives the runtime ModelShape the loader checks against.
+// class-type template parameters, so configs are types, not values). `schedule<C>()` is the
+// per-layer schedule as a constexpr array. `to_shape<Config>()` gives the runtime ModelShape the
+// loader checks against.
 #pragma once
 #include <array>
 #include <cstdint>
+#include <cstddef>
 
 #include <dsv41/config/accounting.hpp>
 #include <dsv41/config/model_shape.hpp>
+#include <dsv41/config/schedule.hpp>
 
 namespace dsv41::configs {
 
@@ -99,6 +102,107 @@ static_assert(main_kv_entry_bytes(V41Flash::head_dim) == 288);
 static_assert(index_key_entry_bytes(V41Flash::index_head_dim) == 68);
 static_assert(window_entry_bytes(V41Flash::head_dim) == 528);
 static_assert(global_kv_bytes_per_token<V41Flash>() == 890.0, "the release's global KV is 890 B/token");
+
+// ---- compile-time schedule: the same rules as make_schedule() (schedule.hpp) ----
+template <class C>
+inline constexpr int n_dspark = C::dspark_block_size > 0 ? C::num_nextn_predict_layers : 0;  // as ModelShape::n_dspark()
+
+template <class C>
+constexpr ScheduleView schedule_view() {
+  static_assert(C::compress_ratios.size() == std::size_t(C::num_hidden_layers + C::num_nextn_predict_layers));
+  ScheduleView v;
+  v.n_layers = C::num_hidden_layers;
+  v.n_dspark = n_dspark<C>;
+  v.compress_ratios = C::compress_ratios;
+  v.kv_source_layer_ids = C::kv_source_layer_ids;
+  v.index_source_layer_ids = C::index_source_layer_ids;
+  v.engram_layer_ids = C::engram_layer_ids;
+  v.dspark_target_layer_ids = C::dspark_target_layer_ids;
+  v.candidate_source_layer_id = C::candidate_source_layer_id;
+  v.n_routed_experts = C::n_routed_experts;
+  v.num_experts_per_tok = C::num_experts_per_tok;
+  v.dspark_n_routed_experts = C::dspark_n_routed_experts;
+  v.dspark_num_experts_per_tok = C::dspark_num_experts_per_tok;
+  return v;
+}
+
+// Roles of layers 0..L-1 and DSpark stages L..L+n_dspark-1.
+template <class C>
+constexpr std::array<LayerRole, std::size_t(C::num_hidden_layers + n_dspark<C>)> schedule() {
+  std::array<LayerRole, std::size_t(C::num_hidden_layers + n_dspark<C>)> out{};
+  fill_schedule(schedule_view<C>(), out);
+  return out;
+}
+
+template <class C>
+constexpr int first_decoder_layer() { return dsv41::first_decoder_layer(schedule_view<C>()); }
+
+namespace detail {
+// Checks of a schedule against the release's layout as SPEC §1 words it (not by re-running the rules).
+constexpr bool v41_backbone_ok() {
+  constexpr auto s = schedule<V41Flash>();
+  for (int l = 0; l < 40; ++l) {
+    const LayerRole& r = s[std::size_t(l)];
+    const int want_ratio = l < 2 ? 0 : l < 20 ? 2 : 1;
+    // 2-19: groups of six, Full at 2, 8, 14; 20-39: groups of four, Full at 20, Reindex at 24, 28, 32, 36.
+    const int want_kv = l < 2 ? -1 : l < 20 ? 2 + 6 * ((l - 2) / 6) : 20;
+    const int want_index = l < 20 ? want_kv : 20 + 4 * ((l - 20) / 4);
+    const AttnMode want_mode = l < 2 ? AttnMode::Window
+                               : l == want_kv ? AttnMode::Full
+                               : l == want_index ? AttnMode::Reindex
+                                                 : AttnMode::Reuse;
+    if (r.id != l || r.dspark || r.ratio != want_ratio || r.mode != want_mode || r.kv_source != want_kv ||
+        r.index_source != want_index || r.encoder != (l < 20) || r.candidate_source != (l == 20) ||
+        r.uses_candidates != (l > 20 && want_mode == AttnMode::Reindex) || r.n_experts != 384 || r.top_k != 6)
+      return false;
+    const int want_engram = l == 1 ? 0 : l == 14 ? 1 : -1;
+    const int want_tap = l >= 37 ? l - 37 : -1;
+    if (r.engram_slot != want_engram || r.tap_slot != want_tap) return false;
+  }
+  return true;
+}
+constexpr bool v41_dspark_ok() {
+  constexpr auto s = schedule<V41Flash>();
+  for (int l = 40; l < 43; ++l) {
+    const LayerRole& r = s[std::size_t(l)];
+    if (!r.dspark || r.mode != AttnMode::Window || r.ratio != 0 || r.encoder || r.engram_slot != -1 ||
+        r.tap_slot != -1 || r.n_experts != 128 || r.top_k != 3)
+      return false;
+  }
+  return true;
+}
+}  // namespace detail
+
+// The release's roles (SPEC §1).
+static_assert(schedule<V41Flash>().size() == 43);
+static_assert(first_decoder_layer<V41Flash>() == 20, "layers 0-19 are the encoder");
+static_assert(schedule<V41Flash>()[0].is_window_only() && schedule<V41Flash>()[1].is_window_only());
+static_assert(schedule<V41Flash>()[2].compresses() && schedule<V41Flash>()[2].ratio == 2);
+static_assert(schedule<V41Flash>()[20].compresses() && schedule<V41Flash>()[20].ratio == 1 &&
+              schedule<V41Flash>()[20].candidate_source && !schedule<V41Flash>()[20].uses_candidates);
+static_assert(schedule<V41Flash>()[24].mode == AttnMode::Reindex && schedule<V41Flash>()[24].uses_candidates &&
+              schedule<V41Flash>()[24].kv_source == 20);
+static_assert(schedule<V41Flash>()[27].mode == AttnMode::Reuse && schedule<V41Flash>()[27].index_source == 24);
+static_assert(detail::v41_backbone_ok(), "V41Flash layers 0-39 differ from SPEC §1");
+static_assert(detail::v41_dspark_ok(), "V41Flash DSpark stages 40-42 differ from SPEC §1");
+
+// tiny-ced (tests/data/golden/README.md): window 0-1; Full 2, Reuse 3; Full + candidate source 4,
+// Reuse 5, Reindex 6, Reuse 7; Engram at 1 and 3; taps 5-7; 3 DSpark stages.
+static_assert(schedule<TinyCed>().size() == 11 && first_decoder_layer<TinyCed>() == 4);
+static_assert(schedule<TinyCed>()[1].is_window_only() && schedule<TinyCed>()[1].engram_slot == 0);
+static_assert(schedule<TinyCed>()[2].compresses() && schedule<TinyCed>()[2].ratio == 2 && schedule<TinyCed>()[2].encoder);
+static_assert(schedule<TinyCed>()[3].mode == AttnMode::Reuse && schedule<TinyCed>()[3].kv_source == 2 &&
+              schedule<TinyCed>()[3].engram_slot == 1 && schedule<TinyCed>()[3].encoder);
+static_assert(schedule<TinyCed>()[4].compresses() && schedule<TinyCed>()[4].candidate_source &&
+              !schedule<TinyCed>()[4].uses_candidates && !schedule<TinyCed>()[4].encoder);
+static_assert(schedule<TinyCed>()[5].mode == AttnMode::Reuse && schedule<TinyCed>()[5].index_source == 4 &&
+              schedule<TinyCed>()[5].tap_slot == 0);
+static_assert(schedule<TinyCed>()[6].mode == AttnMode::Reindex && schedule<TinyCed>()[6].uses_candidates &&
+              schedule<TinyCed>()[6].kv_source == 4 && schedule<TinyCed>()[6].tap_slot == 1);
+static_assert(schedule<TinyCed>()[7].mode == AttnMode::Reuse && schedule<TinyCed>()[7].index_source == 6 &&
+              schedule<TinyCed>()[7].tap_slot == 2);
+static_assert(schedule<TinyCed>()[8].dspark && schedule<TinyCed>()[10].dspark &&
+              schedule<TinyCed>()[10].n_experts == 4 && schedule<TinyCed>()[10].top_k == 2);
 
 template <class C>
 ModelShape to_shape() {
