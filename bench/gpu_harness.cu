@@ -1,17 +1,12 @@
-// GPU harness for the device machine, where Catch2 is absent: runs every check of tests/gpu (the same
-// check functions as the Catch2 tests, against the CPU reference linked from tests/gpu/ref_cpu.cpp), then
+// GPU harness for the device machine, where Catch2 is absent: runs every row of the op table
+// (tests/gpu/op_cases.cuh, the same rows as the Catch2 op suite, against the CPU reference linked from tests/gpu/ref_cpu.cpp), then
 // times the kernels at the released shapes and prints the table (bench/gpu_bench.cuh).
 // Usage: harness [--checks-only | --bench-only] [--only=op] [--md=FILE]
 #include <cstring>
 #include <functional>
 
 #include "gpu_bench.cuh"
-#include "../tests/gpu/check_attention.cuh"
-#include "../tests/gpu/check_gemm.cuh"
-#include "../tests/gpu/check_indexer.cuh"
-#include "../tests/gpu/check_mhc.cuh"
-#include "../tests/gpu/check_moe.cuh"
-#include "../tests/gpu/check_norm_quant.cuh"
+#include "../tests/gpu/op_cases.cuh"
 
 using namespace dsv41;
 
@@ -34,22 +29,17 @@ int main(int argc, char** argv) {
   int failed = 0, passed = 0;
   std::vector<std::string> lines;
   if (checks) {
-    const std::vector<std::pair<std::string, std::function<std::vector<gputest::CheckResult>()>>> all = {
-        {"rmsnorm", gputest::cases_rmsnorm}, {"act_quant", gputest::cases_act_quant}, {"gemm", gputest::cases_gemm},
-        {"attention", gputest::cases_attention}, {"indexer", gputest::cases_indexer}, {"mhc", gputest::cases_mhc},
-        {"moe", gputest::cases_moe}};
-    for (const auto& [name, fn] : all) {
-      if (!only.empty() && only != name) continue;
+    for (const auto& c : gputest::op_cases()) {
+      if (!only.empty() && only != c.op) continue;
       try {
-        for (const auto& r : fn()) {
-          std::printf("%s\n", r.summary().c_str());
-          std::fflush(stdout);
-          lines.push_back(r.summary());
-          (r.pass ? passed : failed)++;
-        }
+        const gputest::CheckResult r = c.run();
+        std::printf("%s\n", r.summary().c_str());
+        std::fflush(stdout);
+        lines.push_back(r.summary());
+        (r.pass ? passed : failed)++;
       } catch (const std::exception& e) {
-        std::printf("%-10s ERROR %s\n", name.c_str(), e.what());
-        lines.push_back(name + " ERROR " + e.what());
+        std::printf("%-10s ERROR [%s] %s\n", c.op, c.shape, e.what());
+        lines.push_back(std::string(c.op) + " ERROR [" + c.shape + "] " + e.what());
         ++failed;
         cudaGetLastError();
       }

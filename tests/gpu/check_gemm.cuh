@@ -91,16 +91,4 @@ inline CheckResult check_gemm(bool fp4, int M, int N, int K, int check_rows, uin
   return c.done();
 }
 
-// Tiny shapes (skinny, split-K, wide with a partial tile), then the released projections at decode
-// (M = 4, 64) and prefill (M = 2048, 16 rows checked) shapes.
-inline std::vector<CheckResult> cases_gemm() {
-  return {check_gemm(false, 5, 128, 96, 5, 21),       check_gemm(false, 3, 256, 1024, 3, 22),
-          check_gemm(false, 130, 256, 256, 130, 23),  check_gemm(true, 7, 128, 256, 7, 24),
-          check_gemm(false, 4, 1280, 5120, 4, 25),    check_gemm(false, 4, 32768, 1280, 4, 26),
-          check_gemm(false, 4, 512, 5120, 4, 27),     check_gemm(false, 4, 5120, 8192, 4, 28),
-          check_gemm(false, 64, 32768, 1280, 16, 29), check_gemm(false, 2048, 1280, 5120, 16, 30),
-          check_gemm(false, 2048, 5120, 8192, 16, 31), check_gemm(true, 3, 2304, 5120, 3, 32),
-          check_gemm(true, 20, 5120, 2304, 8, 33)};
-}
-
 }  // namespace dsv41::gputest

@@ -2,6 +2,7 @@
 // cpu::index_select and cpu::topk_row.
 #pragma once
 #include <dsv41/backend/cuda/kernels/gemm.cuh>
+#include <dsv41/backend/cuda/kernels/glue.cuh>
 #include <dsv41/backend/cuda/kernels/indexer.cuh>
 #include <dsv41/backend/cuda/kernels/quant.cuh>
 #include <dsv41/backend/cuda/kernels/rope.cuh>
@@ -58,7 +59,7 @@ inline CheckResult check_indexer(const IndexCfg& cfg, uint64_t seed) {
     for (auto& v : tmp) v = bf16f(rng.normal());
     num::pack_index_entry(tmp.data(), dI, keys.data() + size_t(j) * ie);
   }
-  const int rd = 64;
+  const int rd = std::min(64, dI);
   const double theta = 160000, factor = 16, bfast = 32, bslow = 1, orig = 65536;
   const std::vector<float> freqs = ref().rope_freqs(rd, theta, true, factor, bfast, bslow, orig);
 
@@ -83,8 +84,14 @@ inline CheckResult check_indexer(const IndexCfg& cfg, uint64_t seed) {
   auto B = [](DBuf<uint16_t>& b) { return reinterpret_cast<gpu::bf16_t*>(b.p); };
   GT_OK(gpu::act_quant_fp8(reinterpret_cast<gpu::bf16_t*>(dqr.p), QL, S, QL, qc.p, qe.p, nullptr, nullptr));
   GT_OK(gpu::gemm_fp8(qc.p, qe.p, S, dwq.p, dwqs.p, NQ, QL, B(q), NQ, work.p, wsb, nullptr));
-  GT_OK(gpu::gemm_bf16(reinterpret_cast<gpu::bf16_t*>(dx.p), S, reinterpret_cast<gpu::bf16_t*>(dwp.p), nI, d, nullptr,
-                       B(wraw), nI, work.p, wsb, nullptr));
+  if (nI % 16 == 0) {  // as the forward's linear_bf16: tensor cores when N % 16 == 0, else one warp per output
+    GT_OK(gpu::gemm_bf16(reinterpret_cast<gpu::bf16_t*>(dx.p), S, reinterpret_cast<gpu::bf16_t*>(dwp.p), nI, d, nullptr,
+                         B(wraw), nI, work.p, wsb, nullptr));
+  } else {
+    gpu::mk::linear_bf16_simple_kernel<<<gpu::mk::blocks_for(int64_t(S) * nI * 32), gpu::mk::kThreads>>>(
+        reinterpret_cast<gpu::bf16_t*>(dx.p), d, reinterpret_cast<gpu::bf16_t*>(dwp.p), S, nI, d, nullptr, B(wraw), nI);
+    GT_CUDA(cudaGetLastError());
+  }
   const float wscale = float(std::pow(double(dI), -0.5) * std::pow(double(nI), -0.5));
   detail_idx::head_weights_kernel<<<gpu::ceil_div(S * nI, 128), 128>>>(B(wraw), S * nI, wscale, w.p);
   GT_CUDA(cudaGetLastError());
@@ -93,7 +100,7 @@ inline CheckResult check_indexer(const IndexCfg& cfg, uint64_t seed) {
   gpu::IndexScoreParams ip;
   ip.q = q4.p; ip.qe = q4e.p; ip.w = w.p; ip.keys = dkeys.p; ip.n = n; ip.vis = dvis.p; ip.R = S; ip.nI = nI; ip.dI = dI;
   ip.scores = scores.p;
-  GT_OK(gpu::index_scores(ip, nullptr));
+  GT_OK(gpu::index_scores_any(ip, nullptr));  // tensor cores at nI ∈ {16, 32}, dI = 128; else the generic kernel
   GT_OK(gpu::topk(scores.p, S, n, dvis.p, K, lists.p, nullptr));
   GT_SYNC();
   const std::vector<float> gs = scores.download();
@@ -166,15 +173,6 @@ inline CheckResult check_topk(int R, int n, int K, uint64_t seed) {
     for (int i = 0; i < K; ++i) c.add(float(gl[size_t(r) * K + i]), float(ref_l[i]), -1);
   }
   return c.done();
-}
-
-// Tiny (fewer visible keys than K), medium, released (32 x 128, top-512, 65536 keys) exact and dense.
-inline std::vector<CheckResult> cases_indexer() {
-  return {check_indexer({3, 256, 128, 16, 128, 16, 2, 100, 20, true}, 61),
-          check_indexer({5, 512, 256, 32, 128, 64, 1, 3000, 2995, true}, 62),
-          check_indexer({4, 5120, 1280, 32, 128, 512, 1, 65536, 65532, true}, 63),
-          check_indexer({4, 5120, 1280, 32, 128, 512, 1, 65536, 65532, false}, 64),
-          check_topk(3, 100, 16, 65), check_topk(8, 70000, 512, 66)};
 }
 
 }  // namespace dsv41::gputest

@@ -109,10 +109,4 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
   return c.done(sel_diff == 0 && w_rel < 1e-5);
 }
 
-// Tiny; several 64-row tiles per expert; released (384 experts top-6, inner 2304) at decode T = 8.
-inline std::vector<CheckResult> cases_moe() {
-  return {check_moe({5, 256, 16, 4, 128}, 41), check_moe({400, 256, 16, 2, 128}, 42),
-          check_moe({8, 5120, 384, 6, 2304}, 43)};
-}
-
 }  // namespace dsv41::gputest

@@ -77,14 +77,4 @@ inline CheckResult check_act_quant(int rows, int K, uint64_t seed) {
   return c.done(bad_codes == 0);
 }
 
-// Tiny shapes, then released ones (hidden 5120, q_lora 1280, head 512).
-inline std::vector<CheckResult> cases_rmsnorm() {
-  return {check_rmsnorm(3, 64, 1), check_rmsnorm(5, 1280, 2), check_rmsnorm(4, 512, 3), check_rmsnorm(64, 5120, 4),
-          check_rmsnorm(2048, 5120, 5)};
-}
-inline std::vector<CheckResult> cases_act_quant() {
-  return {check_act_quant(3, 128, 11), check_act_quant(64, 5120, 12), check_act_quant(2048, 5120, 13),
-          check_act_quant(6, 2304, 14)};
-}
-
 }  // namespace dsv41::gputest

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <dsv41/config/tensors.hpp>
 #include <dsv41/io/safetensors.hpp>
 #include <dsv41/model/model.hpp>
 #include <dsv41/numeric/formats.hpp>
@@ -35,6 +36,93 @@ inline std::vector<std::byte> bf16_bytes(const std::vector<float>& v) {
   std::vector<uint16_t> h(v.size());
   for (size_t i = 0; i < v.size(); ++i) h[i] = num::bf16_bits(v[i]);
   return bytes_of(h.data(), h.size() * 2);
+}
+
+// Values of one tensor by its name, with tiny-ced's statistics (linear weights N(0, 1/in), norms 1 ± 0.1,
+// mHC fn N(0, 1/(hc·d)), ...).
+inline std::vector<float> random_values(const std::string& name, int64_t n, int64_t in, int64_t hcd,
+                                        std::mt19937_64& rng) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> v(static_cast<size_t>(n));
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  float mean = 0.f, sd = 1.f / std::sqrt(float(in));
+  if (has("norm.weight") || has("q_weight") || has("k_weight")) { mean = 1.f; sd = 0.1f; }
+  else if (has("_fn")) sd = 1.f / std::sqrt(float(hcd));
+  else if (has("_base")) sd = 0.5f;
+  else if (has("_scale")) { mean = 0.75f; sd = 0.1f; }
+  else if (has("attn_sink")) sd = 0.3f;
+  else if (has("gate.bias")) sd = 0.15f;
+  else if (name == "embed.weight" || has("markov_head.embed") || has("engram.embed")) sd = 1.f;
+  for (auto& x : v) x = mean + sd * nd(rng);
+  return v;
+}
+
+// Every tensor expected_tensors(s) lists, random (random_values) and quantized to its stored format, into
+// out_path (one safetensors file).
+inline Status write_random_checkpoint(const ModelShape& s, const std::string& out_path, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int64_t hcd = int64_t(s.hc_mult) * s.hidden_size;
+  std::vector<st::TensorToWrite> ts;
+  const auto specs = expected_tensors(s);
+  std::map<std::string, const TensorSpec*> by_name;
+  for (const auto& t : specs) by_name[t.name] = &t;
+  for (const auto& t : specs) {
+    const bool is_scale = t.name.size() > 6 && t.name.compare(t.name.size() - 6, 6, ".scale") == 0 &&
+                          (t.dtype == "F8_E8M0");
+    if (is_scale) continue;  // written with its weight
+    if (t.dtype == "BF16" || t.dtype == "F32") {
+      int64_t n = 1;
+      for (auto d : t.shape) n *= d;
+      const int64_t in = t.shape.back();
+      auto v = random_values(t.name, n, in, hcd, rng);
+      if (t.dtype == "BF16") ts.push_back(tensor(t.name, st::DType::BF16, t.shape, bf16_bytes(v)));
+      else ts.push_back(tensor(t.name, st::DType::F32, t.shape, bytes_of(v.data(), v.size() * 4)));
+      continue;
+    }
+    const std::string base = t.name.substr(0, t.name.size() - 7);  // strip ".weight"
+    const TensorSpec* sc = by_name.count(base + ".scale") ? by_name.at(base + ".scale") : nullptr;
+    if (!sc) return error(Code::internal, "no scale for " + t.name);
+    if (t.dtype == "F8_E4M3") {
+      const int64_t O = t.shape[0], I = t.shape[1];
+      const bool table = t.name.find("engram.embed") != std::string::npos;  // rows with a scale per 32 inputs
+      auto v = random_values(t.name, O * I, I, hcd, rng);
+      std::vector<uint8_t> codes(size_t(O * I));
+      std::vector<uint8_t> scales(size_t(sc->shape[0] * sc->shape[1]));
+      for (int64_t sr = 0; sr < sc->shape[0]; ++sr)
+        for (int64_t scol = 0; scol < sc->shape[1]; ++scol) {
+          const int64_t r0 = table ? sr : sr * 32, r1 = table ? sr + 1 : std::min(O, sr * 32 + 32);
+          const int64_t c0 = scol * 32, c1 = std::min(I, c0 + 32);
+          float amax = 0.f;
+          for (int64_t r = r0; r < r1; ++r)
+            for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(v[size_t(r * I + c)]));
+          const float scale = num::fp8_act_scale(amax);
+          scales[size_t(sr * sc->shape[1] + scol)] = num::ue8m0_from_f32(scale);
+          for (int64_t r = r0; r < r1; ++r)
+            for (int64_t c = c0; c < c1; ++c)
+              codes[size_t(r * I + c)] = num::e4m3_from_f32(std::clamp(v[size_t(r * I + c)] / scale, -448.f, 448.f));
+        }
+      ts.push_back(tensor(t.name, st::DType::F8_E4M3, t.shape, bytes_of(codes.data(), codes.size())));
+      ts.push_back(tensor(base + ".scale", st::DType::F8_E8M0, sc->shape, bytes_of(scales.data(), scales.size())));
+      continue;
+    }
+    if (t.dtype == "I8") {  // FP4 experts: [O, I/2] packed, UE8M0 per row and 32 inputs
+      const int64_t O = t.shape[0], I = t.shape[1] * 2;
+      auto v = random_values(t.name, O * I, I, hcd, rng);
+      std::vector<uint8_t> packed(size_t(O * I / 2)), scales(size_t(O * (I / 32)));
+      for (int64_t r = 0; r < O; ++r)
+        for (int64_t b = 0; b < I / 32; ++b) {
+          float* x = v.data() + r * I + b * 32;
+          uint8_t nib[32];
+          num::fp4_quant_block32(x, 32, nib, &scales[size_t(r * (I / 32) + b)]);
+          for (int i = 0; i < 16; ++i) packed[size_t(r * I / 2 + b * 16 + i)] = num::pack_e2m1(nib[2 * i], nib[2 * i + 1]);
+        }
+      ts.push_back(tensor(t.name, st::DType::I8, t.shape, bytes_of(packed.data(), packed.size())));
+      ts.push_back(tensor(base + ".scale", st::DType::F8_E8M0, sc->shape, bytes_of(scales.data(), scales.size())));
+      continue;
+    }
+    return error(Code::internal, "unhandled dtype " + t.dtype + " of " + t.name);
+  }
+  return st::write(out_path, ts);
 }
 
 // A golden file (../shared/golden/README.md layout) made by the CPU reference itself: B sequences of T

@@ -10,7 +10,7 @@
 // 32-term inner sum (Hopper keeps ~14 bits below the largest product's leading bit, truncating).
 //
 // Two kernels:
-//  - skinny (M ≤ 64 rows per tile, "swapped": the weight rows are the mma's M side, the activation
+//  - skinny (N % 16 == 0; M ≤ 64 rows per tile, "swapped": the weight rows are the mma's M side, the activation
 //    rows its N side; operands straight from global/L1; grouped over a row-tile list for MoE; split-K):
 //    decode shapes and the MoE expert GEMMs;
 //  - wide (128x128 CTA tile, 3-stage cp.async pipeline, ldmatrix, swizzled shared memory): prefill.
@@ -121,6 +121,7 @@ __global__ void __launch_bounds__(128) skinny_gemm_kernel(const SkinnyParams p) 
   }
   const int K = p.K, nkb = K / 32;
   const int n0 = blockIdx.y * 64 + warp * 16;
+  if (n0 >= p.N) return;  // N % 16 == 0: whole warps drop out (no block-wide synchronization below)
   const int kb_per = ((nkb + p.ksplit - 1) / p.ksplit + U - 1) / U * U;
   const int kb0 = blockIdx.z * kb_per, kb1 = min(nkb, kb0 + kb_per);
   const bool vec4 = U == 4 && (nkb % 4) == 0;  // kb stays a multiple of 4: aligned 4-byte scale loads
@@ -474,13 +475,13 @@ inline size_t gemm_workspace_bytes(int M, int N, int K) {
 // the SwiGLU kernel then writes 2·ksplit partial planes.
 template <WFmt F, bool SWIGLU>
 inline Status gemm_skinny(const SkinnyParams& p, int max_tiles, int max_rows, cudaStream_t stream) {
-  if (p.N % 64 || p.K % 32 || p.N <= 0 || p.K <= 0 || p.ksplit < 1) return bad_arg("gemm_skinny: N % 64 or K % 32");
+  if (p.N % 16 || p.K % 32 || p.N <= 0 || p.K <= 0 || p.ksplit < 1) return bad_arg("gemm_skinny: N % 16 or K % 32");
   if (p.ksplit > 1 && !p.partial) return bad_arg("gemm_skinny: split-K needs p.partial");
   const bool small = p.tiles ? max_rows <= 16 : p.M <= 64;  // dense: 16-row tiles up to 64 rows
   const int gx = p.tiles ? max_tiles : ceil_div(p.M, small ? 16 : 64);
   if (gx == 0) return Status::Ok();
-  if (p.N / 64 > 65535) return bad_arg("gemm_skinny: N too large");
-  dim3 grid(gx, p.N / 64, p.ksplit);
+  if (ceil_div(p.N, 64) > 65535) return bad_arg("gemm_skinny: N too large");
+  dim3 grid(gx, ceil_div(p.N, 64), p.ksplit);
   if (small) detail::skinny_gemm_kernel<F, SWIGLU, 2><<<grid, 128, 0, stream>>>(p);
   else detail::skinny_gemm_kernel<F, SWIGLU, 8><<<grid, 128, 0, stream>>>(p);
   return launch_status("gemm_skinny");
@@ -495,11 +496,11 @@ inline Status swiglu_splitk_reduce(const SkinnyParams& p, cudaStream_t stream) {
 }
 
 // y [M, N] (row stride ldy) = act_quant(x)·Wᵀ, x given as codes [M, K] + exps [M, K/32], W FP8.
-// M ≤ 64 (or N, K not multiples of 128): skinny kernel with split-K into `workspace`
+// N % 16 == 0, K % 32 == 0. M ≤ 64 (or N, K not multiples of 128): skinny kernel with split-K into `workspace`
 // (gemm_workspace_bytes); otherwise the wide kernel.
 inline Status gemm_fp8(const uint8_t* xc, const uint8_t* xe, int M, const uint8_t* w, const uint8_t* ws, int N, int K,
                        bf16_t* y, int64_t ldy, float* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  if (M < 0 || N <= 0 || K <= 0 || N % 64 || K % 32) return bad_arg("gemm_fp8: N % 64 or K % 32");
+  if (M < 0 || N <= 0 || K <= 0 || N % 16 || K % 32) return bad_arg("gemm_fp8: N % 16 or K % 32");
   if (M == 0) return Status::Ok();
   if (M > 64 && N % 128 == 0 && K % 128 == 0) {
     static_assert(detail::wide::SMEM_BYTES <= 227 * 1024);

@@ -59,7 +59,7 @@ __global__ void embed_kernel(const bf16_t* __restrict__ embed, const int32_t* __
     const bf16_t v = row[i];
     for (int k = 0; k < hc; ++k) H[(int64_t(t) * hc + k) * d + i] = v;
   }
-  if (threadIdx.x < hc) pre[int64_t(t) * hc + threadIdx.x] = threadIdx.x == 0 ? 1.f : 0.f;
+  for (int k = threadIdx.x; k < hc; k += blockDim.x) pre[int64_t(t) * hc + k] = k == 0 ? 1.f : 0.f;
 }
 
 // rows[t, c, i] = bf16(e4m3(table[rid, i]) · 2^scale[rid, i/32]), zeros for an id outside the table.
@@ -124,11 +124,12 @@ __global__ void taps_kernel(const bf16_t* __restrict__ H, int S, int hc, int d, 
 
 // ---- mHC ----
 
-// One CTA per token: the whole mhc_step (mhc.cuh) for any d (the fast version needs d % 256 == 0).
+// One CTA per token: the whole mhc_step (mhc.cuh) for any d and HC ≤ 8 (the fast version needs HC = 4 and
+// d % 256 == 0). The collapsed row is recomputed for the norm (same operations: same values), so no shared
+// memory grows with d.
 template <int HC>
 __global__ void __launch_bounds__(256) mhc_generic_kernel(const MhcParams p) {
   constexpr int NM = (2 + HC) * HC, NQ = NM + 2;
-  extern __shared__ float vsh[];  // [d] collapsed row (BF16 values)
   __shared__ float red[NQ][8];
   __shared__ float q[NQ];
   const int t = blockIdx.x, d = p.d;
@@ -160,7 +161,6 @@ __global__ void __launch_bounds__(256) mhc_generic_kernel(const MhcParams p) {
 #pragma unroll
     for (int j = 0; j < HC; ++j) v = __fadd_rn(v, __fmul_rn(pu[j], h[j]));
     v = bf16r(v);
-    vsh[i] = v;
     acc[NM + 1] += v * v;
 #pragma unroll
     for (int k = 0; k < HC; ++k) acc[NM] += h[k] * h[k];
@@ -184,12 +184,70 @@ __global__ void __launch_bounds__(256) mhc_generic_kernel(const MhcParams p) {
   }
   __syncthreads();
   if (threadIdx.x == 0) {  // the coefficients, as mhc_finish_kernel (the reference's operation order)
-    detail::mhc_coefficients<HC>(q, d, p.norm_eps, p.scale, p.base, p.hc_eps, p.iters,
+    detail::mhc_coefficients<HC>(q, q[NM], d, p.norm_eps, p.scale, p.base, p.hc_eps, p.iters,
                                  p.mix_out + int64_t(t) * ((2 + HC) * HC));
   }
   const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(q[NM + 1], float(d)), p.norm_eps)));
-  for (int i = threadIdx.x; i < d; i += blockDim.x)
-    p.y[int64_t(t) * d + i] = __float2bfloat16_rn(__fmul_rn(p.norm_w[i], __fmul_rn(vsh[i], rs)));
+  const bf16_t* Hs = p.x ? p.H_out : p.H_in;  // this thread's own columns (written above when x is given)
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    float v = 0.f;
+#pragma unroll
+    for (int j = 0; j < HC; ++j) v = __fadd_rn(v, __fmul_rn(pu[j], bf2f(Hs[(int64_t(t) * HC + j) * d + i])));
+    p.y[int64_t(t) * d + i] = __float2bfloat16_rn(__fmul_rn(p.norm_w[i], __fmul_rn(bf16r(v), rs)));
+  }
+}
+
+// The same for any hc (hc > 8: the stream count only known at run time). One CTA of 256 threads per token;
+// the streams are re-read from global memory instead of held in registers, the NM dot products are reduced
+// one after another into the token's mix_out row, and the coefficients are computed there in place.
+template <int = 0>
+__global__ void __launch_bounds__(256) mhc_runtime_kernel(const MhcParams p, int hc) {
+  __shared__ float red[32];
+  const int NM = (2 + hc) * hc;
+  const int t = blockIdx.x, d = p.d;
+  const float* mp = p.x ? p.mix_prev + int64_t(t) * NM : nullptr;
+  const float* pu = p.pre_use + int64_t(t) * p.pre_stride;
+  const bf16_t* Hin = p.H_in + int64_t(t) * hc * d;
+  const bf16_t* Hs = p.x ? p.H_out + int64_t(t) * hc * d : Hin;
+  float ssh = 0.f, ssv = 0.f;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    if (p.x) {
+      const float xv = bf2f(p.x[int64_t(t) * d + i]);
+      for (int k = 0; k < hc; ++k) {
+        float a = 0.f;
+        for (int j = 0; j < hc; ++j) a = __fadd_rn(a, __fmul_rn(mp[2 * hc + j * hc + k], bf2f(Hin[int64_t(j) * d + i])));
+        p.H_out[(int64_t(t) * hc + k) * d + i] = __float2bfloat16_rn(__fadd_rn(__fmul_rn(mp[hc + k], xv), a));
+      }
+    }
+    float v = 0.f;
+    for (int j = 0; j < hc; ++j) {
+      const float h = bf2f(Hs[int64_t(j) * d + i]);
+      v = __fadd_rn(v, __fmul_rn(pu[j], h));
+      ssh += h * h;
+    }
+    v = bf16r(v);
+    ssv += v * v;
+  }
+  const float sh = block_sum(ssh, red);
+  const float sv = block_sum(ssv, red);
+  for (int o = 0; o < NM; ++o) {
+    const float* f = p.fn + int64_t(o) * hc * d;
+    float a = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x)
+      for (int k = 0; k < hc; ++k) a = fmaf(bf2f(Hs[int64_t(k) * d + i]), f[int64_t(k) * d + i], a);
+    a = block_sum(a, red);
+    if (threadIdx.x == 0) p.mix_out[int64_t(t) * NM + o] = a;
+  }
+  if (threadIdx.x == 0) {
+    float* row = p.mix_out + int64_t(t) * NM;
+    detail::mhc_coefficients<0>(row, sh, d, p.norm_eps, p.scale, p.base, p.hc_eps, p.iters, row, hc);
+  }
+  const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sv, float(d)), p.norm_eps)));
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    float v = 0.f;
+    for (int j = 0; j < hc; ++j) v = __fadd_rn(v, __fmul_rn(pu[j], bf2f(Hs[int64_t(j) * d + i])));
+    p.y[int64_t(t) * d + i] = __float2bfloat16_rn(__fmul_rn(p.norm_w[i], __fmul_rn(bf16r(v), rs)));
+  }
 }
 
 // H_out[t, k] = bf16(post_k · x + Σ_j C_jk · H_in[t, j]); pre_out[t] = mix[t, 0..hc) (the next pre).
@@ -202,39 +260,43 @@ __global__ void hc_post_kernel(const bf16_t* __restrict__ x, const bf16_t* __res
   const int t = int(id / d), i = int(id % d);
   const int nm = (2 + hc) * hc;
   const float* mp = mix + int64_t(t) * nm;
-  float h[8];
-  for (int j = 0; j < hc; ++j) h[j] = bf2f(Hin[(int64_t(t) * hc + j) * d + i]);
+  float h[8];  // the streams of this column, hc ≤ 8 (more: read again from memory)
+  for (int j = 0; j < hc && j < 8; ++j) h[j] = bf2f(Hin[(int64_t(t) * hc + j) * d + i]);
   const float xv = bf2f(x[int64_t(t) * d + i]);
   for (int k = 0; k < hc; ++k) {
     float a = 0.f;
-    for (int j = 0; j < hc; ++j) a = __fadd_rn(a, __fmul_rn(mp[2 * hc + j * hc + k], h[j]));
+    for (int j = 0; j < hc; ++j)
+      a = __fadd_rn(a, __fmul_rn(mp[2 * hc + j * hc + k], hc <= 8 ? h[j] : bf2f(Hin[(int64_t(t) * hc + j) * d + i])));
     Hout[(int64_t(t) * hc + k) * d + i] = __float2bfloat16_rn(__fadd_rn(__fmul_rn(mp[hc + k], xv), a));
   }
-  if (i < hc) pre_out[int64_t(t) * hc + i] = mp[i];
+  for (int j = i; j < hc; j += d) pre_out[int64_t(t) * hc + j] = mp[j];
 }
 
 // y[t] = rmsnorm(bf16(Σ_j pre_j · H[t, j]), w): the final collapse and norm (head, DSpark). One CTA per row.
+// The collapsed row is recomputed for the norm (same values), so any d runs without dynamic shared memory
+// (launch through collapse_norm below; a launch with dynamic shared memory still works, unused).
 template <int = 0>
 __global__ void collapse_norm_kernel(const bf16_t* __restrict__ H, const float* __restrict__ pre, int pre_stride,
                                      int hc, int d, const float* __restrict__ w, float eps, bf16_t* __restrict__ xb,
                                      bf16_t* __restrict__ y) {
-  extern __shared__ float vsh[];
   __shared__ float red[32];
   const int t = blockIdx.x;
   const float* pr = pre + int64_t(t) * pre_stride;
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+  auto collapse = [&](int i) {
     float a = 0.f;
     for (int j = 0; j < hc; ++j) a = __fadd_rn(a, __fmul_rn(pr[j], bf2f(H[(int64_t(t) * hc + j) * d + i])));
-    a = bf16r(a);
-    vsh[i] = a;
+    return bf16r(a);
+  };
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    const float a = collapse(i);
     if (xb) xb[int64_t(t) * d + i] = __float2bfloat16_rn(a);
     ss += a * a;
   }
   ss = block_sum(ss, red);
   const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, float(d)), eps)));
   for (int i = threadIdx.x; i < d; i += blockDim.x)
-    y[int64_t(t) * d + i] = __float2bfloat16_rn(__fmul_rn(w[i], __fmul_rn(vsh[i], rs)));
+    y[int64_t(t) * d + i] = __float2bfloat16_rn(__fmul_rn(w[i], __fmul_rn(collapse(i), rs)));
 }
 
 // ---- linear fallbacks (one warp per output) ----
@@ -539,6 +601,100 @@ __global__ void __launch_bounds__(128) sparse_attn_generic_kernel(const SparseAt
   }
 }
 
+// The same for any number of entries: scores are not kept, but computed twice (pass 1: the max; pass 2, in
+// chunks of kStreamChunk list slots: the numerators, summed into per-dimension accumulators in the order of
+// the entry list, as sparse_attn_generic_kernel does). Any D: blockIdx.z takes output dimensions
+// [z·kStreamDims, (z+1)·kStreamDims), each such CTA computing the scores again.
+constexpr int kStreamChunk = 256, kStreamDims = 2048;
+template <int = 0>
+__global__ void __launch_bounds__(128) sparse_attn_stream_kernel(const SparseAttnParams p) {
+  __shared__ float acc[kStreamDims];
+  __shared__ float red[32];
+  __shared__ float sc[kStreamChunk];
+  __shared__ int list[kStreamChunk];
+  __shared__ int n_chunk, n_all;
+  const int h = blockIdx.x, row = blockIdx.y, D = p.D;
+  const int tot = p.n_win + p.n_comp;
+  const uint8_t* win_pool = p.win_pools ? p.win_pools[row] : p.win_pool;
+  const uint8_t* comp_pool = p.comp_pools ? p.comp_pools[row] : p.comp_pool;
+  const int i0 = blockIdx.z * kStreamDims, i1 = min(D, i0 + kStreamDims);
+  const bf16_t* qh = p.q + (int64_t(row) * p.H + h) * D;
+  for (int i = threadIdx.x; i < kStreamDims; i += blockDim.x) acc[i] = 0.f;
+  if (threadIdx.x == 0) n_all = 0;
+  const int went = D + D / 32, ment = D / 2 + D / 16;
+  auto value = [&](int v, int i) -> float {
+    if (v >= 0) {
+      const uint8_t* e = win_pool + int64_t(v) * went;
+      return num::e4m3_to_f32(e[i]) * num::ue8m0_to_f32(e[D + i / 32]);
+    }
+    const uint8_t* e = comp_pool + int64_t(v & 0x7fffffff) * ment;
+    const uint8_t byte = e[i / 2];
+    return num::e2m1_to_f32((i & 1) ? uint8_t(byte >> 4) : uint8_t(byte & 0xF)) * num::e4m3_to_f32(e[D / 2 + i / 16]);
+  };
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  // The listed entries of slots [c0, c0 + kStreamChunk), in slot order, and their scores.
+  auto chunk = [&](int c0) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int n = 0;
+      for (int j = c0; j < tot && j < c0 + kStreamChunk; ++j) {
+        int v;
+        if (j < p.n_win) v = p.win_idx[int64_t(row) * p.n_win + j];
+        else {
+          const int c = p.comp_idx[int64_t(row) * p.n_comp + (j - p.n_win)];
+          v = c >= 0 ? int(uint32_t(c) | 0x80000000u) : -1;
+        }
+        if (v != -1) list[n++] = v;
+      }
+      n_chunk = n;
+      n_all += n;
+    }
+    __syncthreads();
+    for (int j = warp; j < n_chunk; j += nw) {
+      float a = 0.f;
+      for (int i = lane; i < D; i += 32) a = fmaf(bf2f(qh[i]), value(list[j], i), a);
+      a = warp_sum(a);
+      if (lane == 0) sc[j] = a * p.scale;
+    }
+    __syncthreads();
+    return n_chunk;
+  };
+  float m = -INFINITY;
+  for (int c0 = 0; c0 < tot; c0 += kStreamChunk) {
+    const int n = chunk(c0);
+    for (int j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, sc[j]);
+  }
+  m = warp_max(m);
+  __syncthreads();
+  if (lane == 0) red[warp] = m;
+  __syncthreads();
+  m = -INFINITY;
+  for (int w = 0; w < nw; ++w) m = fmaxf(m, red[w]);
+  bf16_t* oh = p.out + (int64_t(row) * p.H + h) * D;
+  if (n_all == 0) {
+    for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x) oh[i] = __float2bfloat16_rn(0.f);
+    return;
+  }
+  float den = 0.f;
+  for (int c0 = 0; c0 < tot; c0 += kStreamChunk) {
+    const int n = chunk(c0);
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+      const float e = expf(sc[j] - m);
+      den += e;
+      sc[j] = e;
+    }
+    __syncthreads();
+    for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+      float a = acc[i - i0];
+      for (int j = 0; j < n; ++j) a = fmaf(bf16r(sc[j]), value(list[j], i), a);
+      acc[i - i0] = a;
+    }
+  }
+  den = block_sum(den, red);
+  den += expf(p.sink[h] - m);
+  for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x) oh[i] = __float2bfloat16_rn(__fdiv_rn(acc[i - i0], den));
+}
+
 // ---- indexer ----
 
 // w[t, h] = bf16(bf16(x·Wproj)[t, h] · wscale), as FP32 for the score kernels.
@@ -796,30 +952,57 @@ __global__ void confidence_kernel(const bf16_t* __restrict__ xb, const bf16_t* _
 
 // ---------------- launchers ----------------
 
-// mHC step (mhc.cuh semantics) for any d: the fast two-kernel version when hc = 4 and d % 256 == 0 and the
-// workspace is set, else one CTA per token.
+// mHC step (mhc.cuh semantics) for any hc ≥ 1 and any even d: the fast two-kernel version when hc = 4,
+// d % 256 == 0 and the workspace is set; else one CTA per token (HC a template argument up to 8, a run-time
+// count above).
 inline Status mhc_step_any(const MhcParams& p, int hc, cudaStream_t stream) {
-  if (hc != 4) return bad_arg("mhc_step_any: hc must be 4");
+  if (hc < 1 || p.T < 0 || p.d <= 0 || p.d % 2) return bad_arg("mhc_step_any: hc >= 1, d even");
+  if (p.x && (!p.mix_prev || !p.H_out)) return bad_arg("mhc_step_any: x needs mix_prev and H_out");
   if (p.T == 0) return Status::Ok();
-  if (p.d % 256 == 0 && p.v && p.partial) return mhc_step(p, hc, stream);
-  const size_t smem = size_t(p.d) * sizeof(float);
-  if (smem > 48 * 1024) return bad_arg("mhc_step_any: d too large for the generic kernel");
-  glue::mhc_generic_kernel<4><<<p.T, 256, smem, stream>>>(p);
+  if (hc == 4 && p.d % 256 == 0 && p.v && p.partial) return mhc_step(p, hc, stream);
+  switch (hc) {
+    case 1: glue::mhc_generic_kernel<1><<<p.T, 256, 0, stream>>>(p); break;
+    case 2: glue::mhc_generic_kernel<2><<<p.T, 256, 0, stream>>>(p); break;
+    case 3: glue::mhc_generic_kernel<3><<<p.T, 256, 0, stream>>>(p); break;
+    case 4: glue::mhc_generic_kernel<4><<<p.T, 256, 0, stream>>>(p); break;
+    case 5: glue::mhc_generic_kernel<5><<<p.T, 256, 0, stream>>>(p); break;
+    case 6: glue::mhc_generic_kernel<6><<<p.T, 256, 0, stream>>>(p); break;
+    case 7: glue::mhc_generic_kernel<7><<<p.T, 256, 0, stream>>>(p); break;
+    case 8: glue::mhc_generic_kernel<8><<<p.T, 256, 0, stream>>>(p); break;
+    default: glue::mhc_runtime_kernel<<<p.T, 256, 0, stream>>>(p, hc); break;
+  }
   return launch_status("mhc generic");
 }
 
+// The final collapse and norm of rows [0, rows) (collapse_norm_kernel), any hc and d.
+inline Status collapse_norm(const bf16_t* H, const float* pre, int pre_stride, int hc, int d, const float* w, float eps,
+                            bf16_t* xb, bf16_t* y, int rows, cudaStream_t stream) {
+  if (rows < 0 || hc < 1 || d <= 0) return bad_arg("collapse_norm: bad shape");
+  if (rows == 0) return Status::Ok();
+  glue::collapse_norm_kernel<<<rows, 128, 0, stream>>>(H, pre, pre_stride, hc, d, w, eps, xb, y);
+  return launch_status("collapse norm");
+}
+
+// Sparse attention (attention.cuh semantics) for any R, H, D (D % 32 == 0) and any number of entries: the
+// tensor-core kernel when H % 16 == 0, D % 128 == 0, D ≤ 1024 and its shared memory fits; else one CTA per
+// (head, row), keeping the scores in shared memory when they fit and computing them twice when they do not.
 inline Status sparse_attention_any(const SparseAttnParams& p, cudaStream_t stream) {
+  if (p.R < 0 || p.H <= 0 || p.D <= 0 || p.D % 32 || p.n_win < 0 || p.n_comp < 0) return bad_arg("sparse_attention_any: bad shape");
   if (p.R == 0) return Status::Ok();
-  if (p.H % 16 == 0 && p.D % 128 == 0 && p.D <= 1024) return sparse_attention(p, stream);
+  if (p.H % 16 == 0 && p.D % 128 == 0 && p.D <= 1024 && detail::attn::smem_bytes(p, 16) <= 227 * 1024)
+    return sparse_attention(p, stream);
   const int tot = p.n_win + p.n_comp;
   const size_t smem = size_t(p.D) * 4 + size_t(tot) * 8;
-  if (smem > 227 * 1024) return bad_arg("sparse_attention_any: too many entries");
-  if (smem > 48 * 1024)
-    DSV41_CUDA_TRY(cudaFuncSetAttribute(glue::sparse_attn_generic_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(smem)),
-                   "sparse attention generic: smem attribute");
-  glue::sparse_attn_generic_kernel<<<dim3(p.H, p.R), 128, smem, stream>>>(p);
-  return launch_status("sparse attention generic");
+  if (smem <= 200 * 1024) {
+    if (smem > 48 * 1024)
+      DSV41_CUDA_TRY(cudaFuncSetAttribute(glue::sparse_attn_generic_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(smem)),
+                     "sparse attention generic: smem attribute");
+    glue::sparse_attn_generic_kernel<<<dim3(p.H, p.R), 128, smem, stream>>>(p);
+    return launch_status("sparse attention generic");
+  }
+  glue::sparse_attn_stream_kernel<<<dim3(p.H, p.R, ceil_div(p.D, glue::kStreamDims)), 128, 0, stream>>>(p);
+  return launch_status("sparse attention stream");
 }
 
 inline Status index_scores_any(const IndexScoreParams& p, cudaStream_t stream) {

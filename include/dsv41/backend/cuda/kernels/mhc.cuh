@@ -8,7 +8,7 @@
 // partials in a fixed order, runs the sigmoid/softmax/Sinkhorn in one thread with the reference's
 // operation order, and applies the norm to the collapsed row.
 // Elementwise parts use separate FP32 multiplies and adds as the CPU does (bit-exact); the long sums
-// (over hc·d and d) are reordered (bounds in tests/gpu/test_mhc.cu).
+// (over hc·d and d) are reordered (bounds in tests/gpu/check_mhc.cuh).
 #pragma once
 #include <dsv41/backend/cuda/kernels/common.cuh>
 
@@ -134,46 +134,49 @@ __global__ void __launch_bounds__(128) mhc_stream_kernel(const MhcParams p) {
 __device__ __forceinline__ float sigmoid_ref(float x) { return __fdiv_rn(1.f, __fadd_rn(1.f, expf(-x))); }
 
 // SPEC §4.1 mixes from the reduced sums q[0..NM) (projections) and q[NM] (sum of squares of the streams):
-// pre, post and the Sinkhorn-normalized comb, in the reference's operation order. One thread.
+// pre, post and the Sinkhorn-normalized comb, in the reference's operation order. One thread. HC > 0: the
+// stream count as a template argument (local arrays); HC = 0: hc_rt streams, computed in place in `out`
+// (q may be out itself: every step reads and writes the same index).
 template <int HC>
-__device__ inline void mhc_coefficients(const float* q, int d, float norm_eps, const float* scale, const float* base,
-                                        float hc_eps, int iters, float* out) {
-  constexpr int NM = (2 + HC) * HC;
-  const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(q[NM], float(HC * d)), norm_eps)));
-  float m[NM];
+__device__ inline void mhc_coefficients(const float* q, float qss, int d, float norm_eps, const float* scale,
+                                        const float* base, float hc_eps, int iters, float* out, int hc_rt = HC) {
+  const int hc = HC > 0 ? HC : hc_rt, NM = (2 + hc) * hc;
+  float m_loc[HC > 0 ? (2 + HC) * HC : 1], C_loc[HC > 0 ? HC * HC : 1];
+  float* m = HC > 0 ? m_loc : out;
+  float* C = HC > 0 ? C_loc : out + 2 * hc;
+  const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(qss, float(hc * d)), norm_eps)));
   for (int o = 0; o < NM; ++o) m[o] = __fmul_rn(q[o], rs);
-  for (int j = 0; j < HC; ++j) {
+  for (int j = 0; j < hc; ++j) {
     out[j] = __fadd_rn(sigmoid_ref(__fadd_rn(__fmul_rn(m[j], scale[0]), base[j])), hc_eps);
-    out[HC + j] = __fmul_rn(2.f, sigmoid_ref(__fadd_rn(__fmul_rn(m[HC + j], scale[1]), base[HC + j])));
+    out[hc + j] = __fmul_rn(2.f, sigmoid_ref(__fadd_rn(__fmul_rn(m[hc + j], scale[1]), base[hc + j])));
   }
-  float C[HC * HC];
-  for (int j = 0; j < HC; ++j) {
+  for (int j = 0; j < hc; ++j) {
     float mx = -INFINITY;
-    for (int k = 0; k < HC; ++k) {
-      C[j * HC + k] = __fadd_rn(__fmul_rn(m[2 * HC + j * HC + k], scale[2]), base[2 * HC + j * HC + k]);
-      mx = fmaxf(mx, C[j * HC + k]);
+    for (int k = 0; k < hc; ++k) {
+      C[j * hc + k] = __fadd_rn(__fmul_rn(m[2 * hc + j * hc + k], scale[2]), base[2 * hc + j * hc + k]);
+      mx = fmaxf(mx, C[j * hc + k]);
     }
     float sum = 0.f;
-    for (int k = 0; k < HC; ++k) sum = __fadd_rn(sum, (C[j * HC + k] = expf(__fsub_rn(C[j * HC + k], mx))));
-    for (int k = 0; k < HC; ++k) C[j * HC + k] = __fadd_rn(__fdiv_rn(C[j * HC + k], sum), hc_eps);
+    for (int k = 0; k < hc; ++k) sum = __fadd_rn(sum, (C[j * hc + k] = expf(__fsub_rn(C[j * hc + k], mx))));
+    for (int k = 0; k < hc; ++k) C[j * hc + k] = __fadd_rn(__fdiv_rn(C[j * hc + k], sum), hc_eps);
   }
   auto norm_cols = [&] {
-    for (int k = 0; k < HC; ++k) {
+    for (int k = 0; k < hc; ++k) {
       float sum = 0.f;
-      for (int j = 0; j < HC; ++j) sum = __fadd_rn(sum, C[j * HC + k]);
-      for (int j = 0; j < HC; ++j) C[j * HC + k] = __fdiv_rn(C[j * HC + k], __fadd_rn(sum, hc_eps));
+      for (int j = 0; j < hc; ++j) sum = __fadd_rn(sum, C[j * hc + k]);
+      for (int j = 0; j < hc; ++j) C[j * hc + k] = __fdiv_rn(C[j * hc + k], __fadd_rn(sum, hc_eps));
     }
   };
   auto norm_rows = [&] {
-    for (int j = 0; j < HC; ++j) {
+    for (int j = 0; j < hc; ++j) {
       float sum = 0.f;
-      for (int k = 0; k < HC; ++k) sum = __fadd_rn(sum, C[j * HC + k]);
-      for (int k = 0; k < HC; ++k) C[j * HC + k] = __fdiv_rn(C[j * HC + k], __fadd_rn(sum, hc_eps));
+      for (int k = 0; k < hc; ++k) sum = __fadd_rn(sum, C[j * hc + k]);
+      for (int k = 0; k < hc; ++k) C[j * hc + k] = __fdiv_rn(C[j * hc + k], __fadd_rn(sum, hc_eps));
     }
   };
   norm_cols();
   for (int it = 0; it < iters - 1; ++it) { norm_rows(); norm_cols(); }
-  for (int i = 0; i < HC * HC; ++i) out[2 * HC + i] = C[i];
+  for (int i = 0; i < hc * hc; ++i) out[2 * hc + i] = C[i];
 }
 
 template <int HC>
@@ -188,7 +191,7 @@ __global__ void __launch_bounds__(256) mhc_finish_kernel(const MhcParams p) {
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    mhc_coefficients<HC>(q, d, p.norm_eps, p.scale, p.base, p.hc_eps, p.iters, p.mix_out + int64_t(t) * ((2 + HC) * HC));
+    mhc_coefficients<HC>(q, q[NM], d, p.norm_eps, p.scale, p.base, p.hc_eps, p.iters, p.mix_out + int64_t(t) * ((2 + HC) * HC));
   }
   // y = rmsnorm(v)
   const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(q[NM + 1], float(d)), p.norm_eps)));
@@ -213,7 +216,7 @@ inline void mhc_set_workspace(MhcParams& p, int hc, void* ws) {
   (void)hc;
 }
 
-// hc = 4 (the release), d % 256 == 0.
+// The fast path: hc = 4 (the release), d % 256 == 0, workspace set (mhc_step_any in glue.cuh takes any shape).
 inline Status mhc_step(const MhcParams& p, int hc, cudaStream_t stream) {
   if (hc != 4 || p.d % 256 || p.T < 0 || !p.v || !p.partial) return bad_arg("mhc_step: hc 4, d % 256");
   if (p.x && (!p.mix_prev || !p.H_out)) return bad_arg("mhc_step: x needs mix_prev and H_out");

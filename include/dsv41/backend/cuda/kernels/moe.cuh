@@ -18,8 +18,8 @@ namespace dsv41::gpu {
 struct MoeShape {
   int T = 0;      // tokens
   int d = 0;      // hidden
-  int E = 0;      // routed experts (≤ 1024)
-  int k = 0;      // experts per token (≤ 8)
+  int E = 0;      // routed experts (the register-resident routing: ≤ 1024; more: route_any_kernel)
+  int k = 0;      // experts per token (≤ 8 in registers; more: route_any_kernel)
   int I = 0;      // expert inner width
   float route_scale = 1.f;
   float limit = 0.f;
@@ -41,6 +41,7 @@ struct MoeWeights {
 struct MoeWork {
   uint8_t* xc; uint8_t* xe;          // act quant of x [T, d]
   float* logits;                     // [T, E]
+  float* route_b;                    // [T, E] biased scores of route_any_kernel (nullptr when not needed)
   int* sel; float* wts;              // [T, k]
   uint32_t* keys; uint32_t* keys_sorted; int* vals; int* vals_sorted;  // [P]
   int* counts; int* offsets;         // [E], [E]
@@ -60,6 +61,7 @@ namespace detail {
 constexpr int kMoeTile = 16;  // rows per expert tile (the skinny kernel's 2-tile variant)
 inline int moe_max_tiles(const MoeShape& s) { return ceil_div(s.T * s.k, kMoeTile) + std::min(s.E, s.T * s.k); }
 inline int bits_for(int E) { int b = 1; while ((1 << b) < E) ++b; return b; }
+inline bool moe_route_fast(const MoeShape& s) { return s.E <= 1024 && s.k <= 8; }
 
 // Walks the workspace layout; with base == nullptr only counts bytes.
 inline size_t moe_layout(const MoeShape& s, uint8_t* base, MoeWork* w) {
@@ -75,6 +77,7 @@ inline size_t moe_layout(const MoeShape& s, uint8_t* base, MoeWork* w) {
   MoeWork v{};
   v.xc = take(T * d); v.xe = take(T * d / 32);
   v.logits = reinterpret_cast<float*>(take(T * E * 4));
+  v.route_b = moe_route_fast(s) ? nullptr : reinterpret_cast<float*>(take(T * E * 4));
   v.sel = reinterpret_cast<int*>(take(P * 4)); v.wts = reinterpret_cast<float*>(take(P * 4));
   v.keys = reinterpret_cast<uint32_t*>(take(P * 4)); v.keys_sorted = reinterpret_cast<uint32_t*>(take(P * 4));
   v.vals = reinterpret_cast<int*>(take(P * 4)); v.vals_sorted = reinterpret_cast<int*>(take(P * 4));
@@ -180,32 +183,80 @@ __global__ void route_kernel(const float* __restrict__ logits, const float* __re
   }
 }
 
-// One block: tiles of ≤ kMoeTile rows per expert, in expert order.
+// route_kernel for any E and k: one warp per token; scores s overwrite the logits, the biased scores go to
+// b [T, E]; each of the k rounds takes the largest b not yet taken (ties to the lower id; −inf can be
+// taken, as in route_kernel) and marks it taken with a NaN. Weights as route_kernel.
+template <int = 0>
+__global__ void route_any_kernel(float* __restrict__ logits, const float* __restrict__ bias_text, int T, int E, int k,
+                                 bool norm, float scale, int* __restrict__ sel, float* __restrict__ wts,
+                                 uint32_t* __restrict__ keys, int* __restrict__ vals, const float* __restrict__ bias_vl,
+                                 const int32_t* __restrict__ tokens, int image_id, float* __restrict__ bb) {
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+  if (warp >= T) return;
+  const bool image = bias_vl && tokens && image_id >= 0 && tokens[warp] == image_id;
+  const float* bias = image ? bias_vl : bias_text;
+  float* sr = logits + int64_t(warp) * E;
+  float* br = bb + int64_t(warp) * E;
+  for (int e = lane; e < E; e += 32) {
+    const float sv = __fsqrt_rn(softplus_ref(sr[e]));
+    sr[e] = sv;
+    br[e] = __fadd_rn(sv, bias[e]);
+  }
+  __syncwarp();
+  for (int r = 0; r < k; ++r) {
+    float best = -INFINITY, bs = 0.f;
+    int be = 0x7fffffff;
+    for (int e = lane; e < E; e += 32) {
+      const float b = br[e];
+      if (b > best || (b == best && e < be)) { best = b; be = e; bs = sr[e]; }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+      const float os = __shfl_xor_sync(0xffffffffu, bs, o);
+      if (ob > best || (ob == best && oe < be)) { best = ob; be = oe; bs = os; }
+    }
+    if (lane == 0) {
+      if (be >= 0 && be < E) br[be] = NAN;
+      sel[warp * k + r] = be;
+      wts[warp * k + r] = bs;
+    }
+    __syncwarp();
+  }
+  if (lane == 0) {
+    float sum = 0.f;
+    for (int r = 0; r < k; ++r) sum = __fadd_rn(sum, wts[warp * k + r]);
+    for (int r = 0; r < k; ++r) {
+      const int a = warp * k + r;
+      float w = wts[a];
+      if (norm && k > 1) w = __fdiv_rn(w, __fadd_rn(sum, 1e-20f));
+      wts[a] = __fmul_rn(w, scale);
+      keys[a] = uint32_t(sel[a]);
+      vals[a] = a;
+    }
+  }
+}
+
+// One block: tiles of ≤ kMoeTile rows per expert, in expert order. Thread i takes experts
+// [i·per, (i+1)·per), per = ceil(E / THREADS): any E.
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) moe_tiles_kernel(const int* __restrict__ counts,
                                                             const int* __restrict__ offsets, int E,
                                                             RowTile* __restrict__ tiles, int* __restrict__ n_tiles) {
   using Scan = cub::BlockScan<int, THREADS>;
   __shared__ typename Scan::TempStorage tmp;
-  constexpr int PER = 1024 / THREADS;
-  int cnt[PER], nt[PER], local = 0;
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int e = threadIdx.x * PER + i;
-    cnt[i] = e < E ? counts[e] : 0;
-    nt[i] = (cnt[i] + kMoeTile - 1) / kMoeTile;
-    local += nt[i];
-  }
+  const int per = (E + THREADS - 1) / THREADS, e0 = threadIdx.x * per, e1 = min(E, e0 + per);
+  int local = 0;
+  for (int e = e0; e < e1; ++e) local += (counts[e] + kMoeTile - 1) / kMoeTile;
   int start, total;
   Scan(tmp).ExclusiveSum(local, start, total);
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int e = threadIdx.x * PER + i;
-    for (int c = 0; c < nt[i]; ++c) {
+  for (int e = e0; e < e1; ++e) {
+    const int cnt = counts[e], nt = (cnt + kMoeTile - 1) / kMoeTile;
+    for (int c = 0; c < nt; ++c) {
       RowTile rt;
       rt.group = e;
       rt.row0 = offsets[e] + kMoeTile * c;
-      rt.rows = min(kMoeTile, cnt[i] - kMoeTile * c);
+      rt.rows = min(kMoeTile, cnt - kMoeTile * c);
       rt.pad = 0;
       tiles[start++] = rt;
     }
@@ -224,7 +275,8 @@ __global__ void moe_rows_kernel(const int* __restrict__ vals_sorted, const float
   pos_of[a] = p;
 }
 
-// out[t] = bf16((Σ over t's experts in ascending id of ys) + sh[t]).
+// out[t] = bf16((Σ over t's experts in ascending id of ys) + sh[t]). k ≤ 8: sorted in registers; more: each
+// step takes the smallest expert id above the last (a token's experts are distinct).
 template <int = 0>
 __global__ void moe_combine_kernel(const int* __restrict__ sel, const int* __restrict__ pos_of,
                                    const bf16_t* __restrict__ ys, const bf16_t* __restrict__ sh, int k, int d,
@@ -232,18 +284,32 @@ __global__ void moe_combine_kernel(const int* __restrict__ sel, const int* __res
   const int tok = blockIdx.y;
   const int i = (blockIdx.x * blockDim.x + threadIdx.x) * 2;
   if (i >= d) return;
-  int e[8], pos[8];
-  for (int r = 0; r < k; ++r) { e[r] = sel[tok * k + r]; pos[r] = pos_of[tok * k + r]; }
-  for (int r = 1; r < k; ++r)  // insertion sort by expert id
-    for (int q = r; q > 0 && e[q - 1] > e[q]; --q) {
-      const int te = e[q]; e[q] = e[q - 1]; e[q - 1] = te;
-      const int tp = pos[q]; pos[q] = pos[q - 1]; pos[q - 1] = tp;
-    }
   float a0 = 0.f, a1 = 0.f;
-  for (int r = 0; r < k; ++r) {
-    const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(ys + int64_t(pos[r]) * d + i);
+  auto add = [&](int pos) {
+    const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(ys + int64_t(pos) * d + i);
     a0 = __fadd_rn(a0, __low2float(v));
     a1 = __fadd_rn(a1, __high2float(v));
+  };
+  if (k <= 8) {
+    int e[8], pos[8];
+    for (int r = 0; r < k; ++r) { e[r] = sel[tok * k + r]; pos[r] = pos_of[tok * k + r]; }
+    for (int r = 1; r < k; ++r)  // insertion sort by expert id
+      for (int q = r; q > 0 && e[q - 1] > e[q]; --q) {
+        const int te = e[q]; e[q] = e[q - 1]; e[q - 1] = te;
+        const int tp = pos[q]; pos[q] = pos[q - 1]; pos[q - 1] = tp;
+      }
+    for (int r = 0; r < k; ++r) add(pos[r]);
+  } else {
+    int last = -1;
+    for (int r = 0; r < k; ++r) {
+      int best = 0x7fffffff, bp = 0;
+      for (int q = 0; q < k; ++q) {
+        const int e = sel[tok * k + q];
+        if (e > last && e < best) { best = e; bp = pos_of[tok * k + q]; }
+      }
+      add(bp);
+      last = best;
+    }
   }
   const __nv_bfloat162 s = *reinterpret_cast<const __nv_bfloat162*>(sh + int64_t(tok) * d + i);
   *reinterpret_cast<uint32_t*>(out + int64_t(tok) * d + i) =
@@ -265,8 +331,8 @@ inline MoeWork moe_work(const MoeShape& s, void* workspace) {
 
 inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_t* out, void* workspace,
                   size_t workspace_bytes, cudaStream_t stream) {
-  if (s.T < 0 || s.E <= 0 || s.E > 1024 || s.k <= 0 || s.k > 8 || s.k > s.E || s.d % 64 || s.I % 64)
-    return bad_arg("moe: bad shape");
+  if (s.T < 0 || s.E <= 0 || s.k <= 0 || s.k > s.E || s.d <= 0 || s.I <= 0 || s.d % 32 || s.I % 32)
+    return bad_arg("moe: bad shape (d, I multiples of 32; 1 <= k <= E)");
   if (s.T == 0) return Status::Ok();
   if (workspace_bytes < moe_workspace_bytes(s)) return bad_arg("moe: workspace too small");
   MoeWork w = moe_work(s, workspace);
@@ -278,9 +344,14 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
   detail::gate_simple_kernel<<<unsigned(ceil_div64(int64_t(T) * s.E * 32, 256)), 256, 0, stream>>>(x, W.gate, T, s.E,
                                                                                                   s.d, w.logits);
   DSV41_TRY(launch_status("moe gate"));
-  detail::route_kernel<<<ceil_div(T, 4), 128, 0, stream>>>(w.logits, W.bias, T, s.E, s.k, s.norm_topk,
-                                                            s.route_scale, w.sel, w.wts, w.keys, w.vals, W.bias_vl,
-                                                            W.tokens, W.image_token_id);
+  if (detail::moe_route_fast(s))
+    detail::route_kernel<<<ceil_div(T, 4), 128, 0, stream>>>(w.logits, W.bias, T, s.E, s.k, s.norm_topk,
+                                                              s.route_scale, w.sel, w.wts, w.keys, w.vals, W.bias_vl,
+                                                              W.tokens, W.image_token_id);
+  else
+    detail::route_any_kernel<<<ceil_div(T, 4), 128, 0, stream>>>(w.logits, W.bias, T, s.E, s.k, s.norm_topk,
+                                                                  s.route_scale, w.sel, w.wts, w.keys, w.vals,
+                                                                  W.bias_vl, W.tokens, W.image_token_id, w.route_b);
   DSV41_TRY(launch_status("moe route"));
   // 2. sort assignments by expert (stable), counts and offsets, tiles.
   size_t bytes = w.cub_sort_bytes;

@@ -1,5 +1,5 @@
 // SPEC §3.1 RMSNorm on the GPU: y = bf16(w · (x · rsqrt(mean(x²) + eps))), FP32 inside, one rounding.
-// Matches cpu::rmsnorm up to the order of the sum of squares (see tests/gpu/test_rmsnorm.cu for the bound).
+// Matches cpu::rmsnorm up to the order of the sum of squares (see tests/gpu/check_norm_quant.cuh for the bound).
 #pragma once
 #include <dsv41/backend/cuda/kernels/common.cuh>
 
@@ -55,15 +55,46 @@ __global__ void __launch_bounds__(256) rmsnorm_kernel(const bf16_t* __restrict__
     }
   }
 }
+// Any n, any row strides: the row is read twice (sum of squares, then the scaled output), 256 threads.
+template <int = 0>
+__global__ void __launch_bounds__(256) rmsnorm_any_kernel(const bf16_t* __restrict__ x, int64_t ldx,
+                                                          const float* __restrict__ w, int n, float eps,
+                                                          bf16_t* __restrict__ y, int64_t ldy) {
+  const bf16_t* xr = x + int64_t(blockIdx.x) * ldx;
+  bf16_t* yr = y + int64_t(blockIdx.x) * ldy;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float f = bf2f(xr[i]);
+    ss = fmaf(f, f, ss);
+  }
+  __shared__ float red[32];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float s = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+    s = warp_sum(s);
+    if (threadIdx.x == 0) red[0] = s;
+  }
+  __syncthreads();
+  const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(red[0], float(n)), eps)));
+  for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = __float2bfloat16_rn(__fmul_rn(w[i], __fmul_rn(bf2f(xr[i]), rs)));
+}
 }  // namespace detail
 
-// rows × n; n % 8 == 0, n ≤ 8192; rows 16-byte aligned (ldx, ldy multiples of 8).
+// rows × n. The vectorized kernel when n % 8 == 0, n ≤ 8192 and rows are 16-byte aligned (ldx, ldy multiples
+// of 8; w 16-byte aligned); the row-loop kernel for every other n.
 inline Status rmsnorm(const bf16_t* x, int64_t ldx, const float* w, int rows, int n, float eps, bf16_t* y,
                       int64_t ldy, cudaStream_t stream) {
-  if (rows < 0 || n <= 0 || n % 8 || n > 8192 || ldx % 8 || ldy % 8) return bad_arg("rmsnorm: bad shape");
+  if (rows < 0 || n <= 0 || ldx < n || ldy < n) return bad_arg("rmsnorm: bad shape");
   if (rows == 0) return Status::Ok();
-  const int threads = n >= 2048 ? 256 : ((n / 8 + 31) / 32) * 32;
-  detail::rmsnorm_kernel<4><<<rows, threads, 0, stream>>>(x, ldx, w, n, eps, y, ldy);
+  const bool aligned = (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y) | reinterpret_cast<uintptr_t>(w)) % 16 == 0;
+  if (n % 8 == 0 && n <= 8192 && ldx % 8 == 0 && ldy % 8 == 0 && aligned) {
+    const int threads = n >= 2048 ? 256 : ((n / 8 + 31) / 32) * 32;
+    detail::rmsnorm_kernel<4><<<rows, threads, 0, stream>>>(x, ldx, w, n, eps, y, ldy);
+  } else {
+    detail::rmsnorm_any_kernel<<<rows, 256, 0, stream>>>(x, ldx, w, n, eps, y, ldy);
+  }
   return launch_status("rmsnorm");
 }
 
