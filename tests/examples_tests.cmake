@@ -1,0 +1,19 @@
+# The example programs of examples/ (custom_config, stack_hooks) on the bundled model, CPU only.
+set(BUNDLED ${PROJECT_SOURCE_DIR}/models/dsv41-tiny-py)
+if(EXISTS ${BUNDLED}/config.json)
+  # Model<TinyPy> answers in the chat format (a non-empty completion), the GPU half runs or says it skipped,
+  # and a directory of another shape is refused naming the fields that differ.
+  add_test(NAME example_custom_config_bundled_model
+           COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:custom_config>;${BUNDLED};Write a loop;${DSV41_FIXTURES}/tiny-ced"
+                   -DEXPECT_RC=0
+                   "-DREGEX=\\[cpu\\] [0-9]+ prompt tokens, [1-9][0-9]* generated.*\\[cpu\\] completion: *[^ ].*\\[gpu\\] (skipped|[0-9]+ prompt tokens).*refused.*mismatch.*vocab_size differs from the compiled configuration.*sliding_window differs.*engram_num_embeddings differs"
+                   -P ${RUN_EXPECT})
+  # The compiled TinyPy refuses the other shape as the model directory itself: load fails, exit code 1.
+  add_test(NAME example_custom_config_wrong_shape
+           COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:custom_config>;${DSV41_FIXTURES}/tiny-ced;x" -DEXPECT_RC=1
+                   "-DREGEX=load .*tiny-ced: .*hidden_size differs from the compiled configuration" -P ${RUN_EXPECT})
+  # The encoder ends before the first ratio-1 layer: layer 3 of the bundled model's 8 (compress_ratios 0 0 2 2 1 ...).
+  add_test(NAME example_stack_hooks_bundled_model
+           COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:stack_hooks>;${BUNDLED};def main(): return 0"
+                   -DLAST_ENCODER_LAYER=3 -DLAST_LAYER=7 -P ${CMAKE_CURRENT_SOURCE_DIR}/check_stack_hooks.cmake)
+endif()
