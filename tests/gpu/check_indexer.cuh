@@ -88,7 +88,7 @@ inline CheckResult check_indexer(const IndexCfg& cfg, uint64_t seed) {
     GT_OK(gpu::gemm_bf16(reinterpret_cast<gpu::bf16_t*>(dx.p), S, reinterpret_cast<gpu::bf16_t*>(dwp.p), nI, d, nullptr,
                          B(wraw), nI, work.p, wsb, nullptr));
   } else {
-    gpu::mk::linear_bf16_simple_kernel<<<gpu::mk::blocks_for(int64_t(S) * nI * 32), gpu::mk::kThreads>>>(
+    gpu::glue::linear_bf16_simple_kernel<<<gpu::glue::blocks_for(int64_t(S) * nI * 32), gpu::glue::kThreads>>>(
         reinterpret_cast<gpu::bf16_t*>(dx.p), d, reinterpret_cast<gpu::bf16_t*>(dwp.p), S, nI, d, nullptr, B(wraw), nI);
     GT_CUDA(cudaGetLastError());
   }

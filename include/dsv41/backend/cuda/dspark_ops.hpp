@@ -46,9 +46,7 @@ class DsparkOps : public Csa2Ops {
     DSV41_TRY(dw.sc.get(xb, size_t(B) * d));
     DSV41_TRY(dw.sc.get(xn, size_t(B) * d));
     const DLayer& last = layers_[size_t(L + s_.n_dspark() - 1)];
-    glue::collapse_norm_kernel<<<B, 128, size_t(d) * 4, stream_>>>(dw.streams.H, dw.streams.pre, hc, hc, d, last.norm,
-                                                                    eps(), xb, xn);
-    DSV41_TRY(launch_status("draft collapse"));
+    DSV41_TRY(collapse_norm(dw.streams.H, dw.streams.pre, hc, hc, d, last.norm, eps(), xb, xn, B, stream_));
     DSV41_TRY(linear_bf16(xn, B, w_.head, out.logits, nullptr, V));
     DSV41_CUDA_TRY(cudaMemcpyAsync(out.ids, dw.ids, 4, cudaMemcpyDeviceToDevice, stream_), "draft y");
     for (int i = 0; i < B; ++i) {
@@ -191,8 +189,7 @@ class DsparkOps : public Csa2Ops {
     Scratch sc(pool_, stream_);
     bf16_t* xn = nullptr;
     DSV41_TRY(sc.get(xn, size_t(rows) * d));
-    glue::collapse_norm_kernel<<<rows, 128, size_t(d) * 4, stream_>>>(H, pre, hc, hc, d, w_.norm, eps(), nullptr, xn);
-    DSV41_TRY(launch_status("head collapse"));
+    DSV41_TRY(collapse_norm(H, pre, hc, hc, d, w_.norm, eps(), nullptr, xn, rows, stream_));
     return linear_bf16(xn, rows, w_.head, logits, nullptr, s_.vocab_size);
   }
 

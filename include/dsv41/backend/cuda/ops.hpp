@@ -15,6 +15,7 @@
 
 #include <dsv41/backend/cuda/batch.hpp>
 #include <dsv41/backend/cuda/dspark_ops.hpp>
+#include <dsv41/backend/cuda/kernels/shape_support.hpp>
 #include <dsv41/backend/cuda/snapshot.hpp>
 #include <dsv41/backend/cuda/upload.hpp>
 #include <dsv41/blocks/backend_ops.hpp>
@@ -42,7 +43,7 @@ class Ops : public DsparkOps {
   // Uploads the bound weights (host views of a checkpoint) once; host memory is not needed afterwards.
   static Result<std::unique_ptr<Ops>> create(const ModelShape& s, const Weights& hw, engram::Setup eg, cudaStream_t stream) {
     std::unique_ptr<Ops> f(new Ops(s, std::move(eg), stream));
-    DSV41_TRY(f->check_shape());
+    DSV41_TRY(check_supported(s));
     DSV41_TRY(f->create_pool());
     Uploader up(stream);
     WeightUpload wu(f->wmem_, up);
@@ -278,21 +279,6 @@ class Ops : public DsparkOps {
 
  private:
   Ops(const ModelShape& s, engram::Setup eg, cudaStream_t stream) : DsparkOps(s, std::move(eg), stream) {}
-
-  Status check_shape() const {
-    const ModelShape& s = s_;
-    auto bad = [](const std::string& m) { return error(Code::unsupported, "CUDA forward: " + m); };
-    if (s.hc_mult != 4) return bad("hc_mult must be 4");
-    if (s.hidden_size % 64 || s.moe_intermediate_size % 64) return bad("hidden_size and moe_intermediate_size % 64");
-    if (s.head_dim % 32 || s.q_lora_rank % 32 || s.index_head_dim % 32 || s.engram_head_dim % 32)
-      return bad("head_dim, q_lora_rank, index_head_dim, engram_head_dim % 32");
-    if (s.hidden_size > 8192 || s.head_dim > 1024) return bad("hidden_size ≤ 8192, head_dim ≤ 1024");
-    if ((s.num_attention_heads * s.head_dim) % s.o_groups || ((s.num_attention_heads * s.head_dim) / s.o_groups) % 32)
-      return bad("o_groups must split H·D into multiples of 32");
-    if (s.o_groups * s.o_lora_rank % 32) return bad("o_groups·o_lora_rank % 32");
-    return Status::Ok();
-  }
-
 
   // The batch's inputs on the device, its residual streams and taps.
   Status start(Batch& b, std::span<const int32_t> ids, std::span<const std::span<const int32_t>> histories,

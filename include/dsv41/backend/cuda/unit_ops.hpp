@@ -80,7 +80,7 @@ class UnitOps : public HookCopies {
     pa.iters = s_.hc_sinkhorn_iters;
     pa.mix_out = w.mix_attn;
     pa.y = w.x_attn;
-    if (d % 256 == 0) {
+    if (hc == 4 && d % 256 == 0) {
       uint8_t* ws = nullptr;
       DSV41_TRY(w.sc.get(ws, mhc_workspace_bytes(s.rows, d, hc)));
       mhc_set_workspace(pa, hc, ws);
