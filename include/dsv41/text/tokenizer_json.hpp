@@ -7,12 +7,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
-#include <span>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <unordered_map>
