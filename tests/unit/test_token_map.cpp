@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <dsv41/engram/token_map.hpp>
+#include <dsv41/text/engram_vocabulary.hpp>
 #include <dsv41/io/safetensors.hpp>
 #include <dsv41/model/model.hpp>
 #include <dsv41/text/tokenizer.hpp>
@@ -171,7 +172,7 @@ TEST_CASE("token maps built from tokenizer.json equal the reference's", "[engram
     REQUIRE(want.compressed == c.compressed);
     auto tok = text::Tokenizer::from_json_file(c.path);
     REQUIRE(tok.ok());
-    auto got = engram::build_token_map(*tok, int32_t(c.rows));
+    auto got = engram::build_token_map(text::engram_vocabulary(*tok), int32_t(c.rows));
     REQUIRE(got.ok());
     CHECK(got->tokenizer_rows == c.rows);
     CHECK(got->compressed_vocab_size == c.compressed);
@@ -252,7 +253,7 @@ TEST_CASE("token ids past the tokenizer and a smaller model vocabulary", "[engra
   REQUIRE(tok.ok());
   REQUIRE(tok->vocab_size() == 13);  // ids 5..7 unused: len(tokenizer) is 10
   const Expected want = read_map(kMaps + "/synthetic_holes.bin");
-  auto big = engram::build_token_map(*tok, 16);
+  auto big = engram::build_token_map(text::engram_vocabulary(*tok), 16);
   REQUIRE(big.ok());
   CHECK(big->tokenizer_rows == 10);
   CHECK(big->compressed_vocab_size == want.compressed);
@@ -262,11 +263,11 @@ TEST_CASE("token ids past the tokenizer and a smaller model vocabulary", "[engra
   for (size_t i = 10; i < 16; ++i) CHECK(filled.map[i] == want.map[3]);
   CHECK(!engram::fill_missing(*big, 12).ok());  // no compressed id to copy
   CHECK(!engram::fill_missing(*big, 16).ok());
-  auto small = engram::build_token_map(*tok, 4);
+  auto small = engram::build_token_map(text::engram_vocabulary(*tok), 4);
   REQUIRE(small.ok());
   CHECK(small->map == std::vector<int32_t>(want.map.begin(), want.map.begin() + 4));
   CHECK(small->compressed_vocab_size == want.compressed);  // counted over every token, as the reference
-  CHECK(!engram::build_token_map(*tok, 0).ok());
+  CHECK(!engram::build_token_map(text::engram_vocabulary(*tok), 0).ok());
   const Status s = engram::check_compressed_size(*big, want.compressed + 1);
   CHECK(s.code() == Code::mismatch);
   CHECK(s.message().find("engram_compressed_vocab_size") != std::string::npos);
@@ -281,7 +282,7 @@ TEST_CASE("dsv41-tiny-py: the built map is the shipped one", "[engram][token_map
   REQUIRE(shape.ok());
   auto tok = text::Tokenizer::from_json_file(kTinyPy + "/tokenizer.json");
   REQUIRE(tok.ok());
-  auto got = engram::build_token_map(*tok, shape->vocab_size);
+  auto got = engram::build_token_map(text::engram_vocabulary(*tok), shape->vocab_size);
   REQUIRE(got.ok());
   CHECK(got->compressed_vocab_size == shape->engram_compressed_vocab_size);
   CHECK(engram::check_compressed_size(*got, shape->engram_compressed_vocab_size).ok());

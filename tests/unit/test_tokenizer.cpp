@@ -18,7 +18,6 @@
 namespace {
 
 using dsv41::Code;
-using dsv41::text::Regex;
 using dsv41::text::Tokenizer;
 namespace utf8 = dsv41::text::utf8;
 
@@ -382,49 +381,4 @@ TEST_CASE("tokenizer: malformed or unsupported files are rejected with a message
   auto missing = Tokenizer::from_json_file(kDir + "no/such/tokenizer.json");
   REQUIRE(!missing.ok());
   CHECK(missing.status().code() == Code::io_error);
-}
-
-TEST_CASE("tokenizer: regex engine details", "[tokenizer]") {
-  auto matches = [](const std::string& pattern, const std::string& text) {
-    auto re = Regex::compile(pattern);
-    REQUIRE(re.ok());
-    std::vector<uint32_t> cp;
-    std::vector<uint8_t> cat;
-    const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-    for (size_t i = 0; i < text.size();) {
-      cp.push_back(utf8::next(p, i));
-      cat.push_back(dsv41::text::general_category(cp.back()));
-    }
-    dsv41::text::RegexScratch sc;
-    std::vector<std::string> out;
-    const dsv41::text::RegexInput in{cp.data(), cat.data(), 0, static_cast<int>(cp.size())};
-    re->for_each_match(in, sc, [&](int s, int e) {
-      std::string m;
-      for (int k = s; k < e; ++k) utf8::append(m, cp[k]);
-      out.push_back(m);
-    });
-    return out;
-  };
-  using V = std::vector<std::string>;
-  CHECK(matches("\\p{N}{1,3}", "a1234567b") == V{"123", "456", "7"});
-  CHECK(matches("\\s+(?!\\S)|\\s+", "a   b") == V{"  ", " "});
-  CHECK(matches("(?i:'s|'ll)", "'S 'lL 'ſ") == V{"'S", "'lL", "'ſ"});
-  CHECK(matches("\\s+$", "a  \nb  ") == V{"  ", "  "});
-  CHECK(matches("x*", "abxxc") == V{"", "", "xx", ""});
-  CHECK(matches("[\\p{L}&&[^a-c]]+", "abcdefa") == V{"def"});
-  CHECK(matches("a{,2}?b", "aaab") == V{"aab"});
-  CHECK(matches("(?>a+)b|a+", "aaa") == V{"aaa"});
-  CHECK(matches("[一-龥]+", "x中文y") == V{"中文"});
-  CHECK(matches("(a|)*b", "aab") == V{"aab"});
-  // Case folding applies before negation; \w is Oniguruma's (² yes, ① no).
-  CHECK(matches("(?i:[^a-z]+)", "abXY12") == V{"12"});
-  CHECK(matches("\\w+", "a\u00b2\u2460b\u24b6") == V{"a\u00b2", "b\u24b6"});
-  CHECK(matches("\\d+", "1\u0663\u00b2") == V{"1\u0663"});
-  CHECK(matches("(?m:.+)", "a\nb") == V{"a\nb"});
-  CHECK(matches(".+", "a\nb") == V{"a", "b"});
-  CHECK(matches("^\\w", "ab\ncd") == V{"a", "c"});
-  CHECK(Regex::compile("a{2,1}").status().code() == Code::format_error);
-  CHECK(Regex::compile("(?<=a)b").status().code() == Code::unsupported);
-  CHECK(Regex::compile("[a").status().code() == Code::format_error);
-  CHECK(Regex::compile("a)").status().code() == Code::format_error);
 }

@@ -47,7 +47,7 @@ struct V41Flash {
   static constexpr bool has_vision = true;
 };
 
-// ../shared/golden/tiny-ced: a miniature of the release (8 layers, window 8, Engram at 1 and 3).
+// The tiny-ced golden fixture (tests/data/golden/tiny-ced): a miniature of the release (8 layers, window 8, Engram at 1 and 3).
 struct TinyCed {
   static constexpr int vocab_size = 512, hidden_size = 128, moe_intermediate_size = 64;
   static constexpr int num_hidden_layers = 8, num_attention_heads = 4, head_dim = 64, qk_rope_head_dim = 16;

@@ -1,6 +1,6 @@
-// The Engram token map built from a tokenizer (SPEC §4.8), equal to the reference's
-// build_compressed_token_map run with the `tokenizers` package. Host-only (the tokenizer uses
-// nlohmann-json).
+// The Engram token map built from a tokenizer's vocabulary (SPEC §4.8), equal to the reference's
+// build_compressed_token_map run with the `tokenizers` package. The vocabulary is a plain
+// engram::Vocabulary; <dsv41/text/engram_vocabulary.hpp> makes one from a text::Tokenizer.
 //
 // For token id i < len(tokenizer): text = decode([i]) keeping special tokens; key = the raw token
 // string (id_to_token) when text holds U+FFFD (a partial UTF-8 byte token), else
@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -31,8 +32,6 @@
 #include <vector>
 
 #include <dsv41/core/status.hpp>
-#include <dsv41/text/tokenizer.hpp>
-#include <dsv41/text/utf8.hpp>
 
 namespace dsv41::engram {
 
@@ -45,6 +44,14 @@ struct TokenMap {
   std::vector<int32_t> map;
   int64_t compressed_vocab_size = 0;  // keys over all tokenizer_rows ids, as the reference counts
   int64_t tokenizer_rows = 0;         // len(tokenizer)
+};
+
+// A tokenizer's vocabulary as the token map reads it, indexed by token id up to one past the
+// largest id: raw[id] is the token string (Tokenizer::id_to_token; nullopt for an unused id) and
+// decoded[id] the id decoded alone with special tokens kept. decoded has raw's size.
+struct Vocabulary {
+  std::vector<std::optional<std::string>> raw;
+  std::vector<std::string> decoded;
 };
 
 namespace token_map_detail {
@@ -128,6 +135,47 @@ inline void append_lower(std::vector<uint32_t>& out, uint32_t cp) {
   out.push_back(uint32_t(utf8proc_tolower(utf8proc_int32_t(cp))));
 }
 
+// Decodes valid UTF-8 (decode() output is); one code point per call. Local so that engram/
+// needs nothing from text/.
+inline uint32_t next_cp(const unsigned char* s, size_t& i) {
+  const unsigned char b = s[i];
+  if (b < 0x80) {
+    ++i;
+    return b;
+  }
+  if (b < 0xE0) {
+    const uint32_t v = ((b & 0x1Fu) << 6) | (s[i + 1] & 0x3Fu);
+    i += 2;
+    return v;
+  }
+  if (b < 0xF0) {
+    const uint32_t v = ((b & 0x0Fu) << 12) | ((s[i + 1] & 0x3Fu) << 6) | (s[i + 2] & 0x3Fu);
+    i += 3;
+    return v;
+  }
+  const uint32_t v = ((b & 0x07u) << 18) | ((s[i + 1] & 0x3Fu) << 12) | ((s[i + 2] & 0x3Fu) << 6) | (s[i + 3] & 0x3Fu);
+  i += 4;
+  return v;
+}
+
+inline void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(char(cp));
+  } else if (cp < 0x800) {
+    out.push_back(char(0xC0 | (cp >> 6)));
+    out.push_back(char(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(char(0xE0 | (cp >> 12)));
+    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(char(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(char(0xF0 | (cp >> 18)));
+    out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(char(0x80 | (cp & 0x3F)));
+  }
+}
+
 }  // namespace token_map_detail
 
 // The reference's key normalizer on valid UTF-8 (decode() output is); may return "".
@@ -139,7 +187,7 @@ inline std::string normalize_token_text(std::string_view utf8) {
   cps.reserve(utf8.size() + 4);
   utf8proc_int32_t buf[32];
   for (size_t i = 0; i < utf8.size();) {
-    const uint32_t cp = text::utf8::next(p, i);
+    const uint32_t cp = d::next_cp(p, i);
     if (d::unknown(cp)) {
       cps.push_back(cp);
       continue;
@@ -185,7 +233,7 @@ inline std::string normalize_token_text(std::string_view utf8) {
   while (b > a && d::white_space(t[b - 1])) --b;
   std::string out;
   out.reserve(b - a + 8);
-  for (size_t i = a; i < b; ++i) text::utf8::append(out, t[i] == 0xE000 ? 0x20 : t[i]);
+  for (size_t i = a; i < b; ++i) d::append_utf8(out, t[i] == 0xE000 ? 0x20 : t[i]);
   return out;
 }
 
@@ -198,22 +246,23 @@ inline std::string token_key(std::string_view decoded, std::string_view raw_toke
 
 // The map for a model with `vocab_rows` embedding rows. When vocab_rows < len(tokenizer) the map
 // is cut to vocab_rows, but compressed_vocab_size still counts every token, as the reference does.
-inline Result<TokenMap> build_token_map(const text::Tokenizer& tok, int32_t vocab_rows) {
+inline Result<TokenMap> build_token_map(const Vocabulary& vocab, int32_t vocab_rows) {
   if (vocab_rows <= 0) return error(Code::invalid_argument, "engram token map: vocab_rows must be positive");
-  const int32_t top = int32_t(tok.vocab_size());
+  if (vocab.decoded.size() != vocab.raw.size())
+    return error(Code::invalid_argument, "engram token map: the vocabulary's raw and decoded lists differ in size");
+  const int32_t top = int32_t(vocab.raw.size());
   // len(tokenizer) counts token strings; ids with a token are the same count unless two share an id
   int32_t rows = 0;
-  for (int32_t id = 0; id < top; ++id) rows += tok.id_to_token(id).has_value() ? 1 : 0;
+  for (int32_t id = 0; id < top; ++id) rows += vocab.raw[size_t(id)].has_value() ? 1 : 0;
   TokenMap m;
   m.tokenizer_rows = rows;
   m.map.assign(size_t(vocab_rows), kNoEntry);
   std::unordered_map<std::string, int32_t> ids;
   ids.reserve(size_t(rows));
   for (int32_t id = 0; id < rows; ++id) {
-    const int32_t one[1] = {id};
-    const std::string text = tok.decode(one, /*skip_special=*/false);
+    const std::string& text = vocab.decoded[size_t(id)];
     const bool partial = text.find("\xEF\xBF\xBD") != std::string::npos;
-    std::string key = token_key(text, partial ? tok.id_to_token(id).value_or(std::string()) : std::string());
+    std::string key = token_key(text, partial ? vocab.raw[size_t(id)].value_or(std::string()) : std::string());
     const auto it = ids.try_emplace(std::move(key), int32_t(ids.size())).first;
     if (id < vocab_rows) m.map[size_t(id)] = it->second;
   }

@@ -1,4 +1,4 @@
-// The golden check of ../shared/golden/README.md: every layer unit on its golden inputs with the golden
+// The golden check of the golden fixtures (tests/data/golden/README.md): every layer unit on its golden inputs with the golden
 // top-k lists, the index sources' own top-k, the head, DSpark from golden taps, Engram ids, and a free run.
 // Host-only. The model runs its ordinary code path; hooks only substitute inputs and record outputs.
 #pragma once

@@ -14,6 +14,8 @@
 #include <dsv41/engram/hash.hpp>
 #include <dsv41/engram/token_map.hpp>
 #include <dsv41/io/safetensors.hpp>
+#include <dsv41/text/engram_vocabulary.hpp>
+#include <dsv41/text/tokenizer.hpp>
 
 namespace dsv41 {
 
@@ -85,7 +87,7 @@ inline Result<std::vector<int32_t>> load_token_map(const std::string& dir, const
                                          "and neither is there");
     auto tok = text::Tokenizer::from_json_file(tok_path);
     if (!tok.ok()) return tok.status();
-    auto tm = engram::build_token_map(*tok, s.vocab_size);
+    auto tm = engram::build_token_map(text::engram_vocabulary(*tok), s.vocab_size);
     if (!tm.ok()) return tm.status();
     if (Status c = engram::check_compressed_size(*tm, s.engram_compressed_vocab_size, tok_path); !c.ok())
       return Status(c.code(), c.message() + " (" + dir + " has no engram_token_map.safetensors)");

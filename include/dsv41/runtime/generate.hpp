@@ -8,8 +8,7 @@
 //
 // Speculative greedy returns the tokens of plain greedy, and a speculative run leaves the state byte-identical
 // to one that ran the same ids one at a time, as far as the forward is chunk-invariant (a block's rows equal
-// the same rows decoded alone). cpu/attention.hpp currently breaks that on exact candidate-block score ties:
-// see the [!mayfail] case in tests/unit/test_generate.cpp.
+// the same rows decoded alone, exact candidate-block score ties included).
 #pragma once
 #include <algorithm>
 #include <cstdint>
