@@ -40,6 +40,11 @@ inline std::vector<OddShape> odd_shapes() {
       // hc 8 (the largest templated count); d = 128; D = 192
       {"hc8_d128", {{"hc_mult", 8}, {"hidden_size", 128}, {"head_dim", 192}, {"num_attention_heads", 2},
                     {"o_groups", 2}, {"q_lora_rank", 64}}},
+      // hc 8 and head_dim 192 apart (which of the two a failure of hc8_d128 comes from)
+      {"hc8_d128_D128", {{"hc_mult", 8}, {"hidden_size", 128}, {"head_dim", 128}, {"num_attention_heads", 2},
+                         {"o_groups", 2}, {"q_lora_rank", 64}}},
+      {"hc4_d128_D192", {{"hc_mult", 4}, {"hidden_size", 128}, {"head_dim", 192}, {"num_attention_heads", 2},
+                         {"o_groups", 2}, {"q_lora_rank", 64}}},
   };
 }
 

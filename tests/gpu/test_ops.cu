@@ -1,6 +1,7 @@
 // GPU-vs-CPU op suite: every row of tests/gpu/op_cases.cuh (released and odd shapes), one Catch2 case per op.
 #include <catch2/catch.hpp>
 
+#include <cstdio>
 #include <string>
 
 #include "op_cases.cuh"
@@ -12,6 +13,7 @@ void run_op(const std::string& op) {
     if (op != c.op) continue;
     ++n;
     INFO(c.op << " [" << c.shape << "]");
+    std::fprintf(stderr, "op %s [%s]\n", c.op, c.shape);  // progress: the log shows a case that does not return
     const dsv41::gputest::CheckResult r = c.run();
     INFO(r.summary());
     CHECK(r.pass);
