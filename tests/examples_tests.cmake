@@ -1,4 +1,4 @@
-# The example programs of examples/ (custom_config, stack_hooks) on the bundled model, CPU only.
+# The example programs of examples/ (custom_config, stack_hooks, encoder_stack) on the bundled model, CPU only.
 set(BUNDLED ${PROJECT_SOURCE_DIR}/models/dsv41-tiny-py)
 if(EXISTS ${BUNDLED}/config.json)
   # Model<TinyPy> answers in the chat format (a non-empty completion), the GPU half runs or says it skipped,
@@ -16,4 +16,10 @@ if(EXISTS ${BUNDLED}/config.json)
   add_test(NAME example_stack_hooks_bundled_model
            COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:stack_hooks>;${BUNDLED};def main(): return 0"
                    -DLAST_ENCODER_LAYER=3 -DLAST_LAYER=7 -P ${CMAKE_CURRENT_SOURCE_DIR}/check_stack_hooks.cmake)
+  # A stack assembled from the blocks by the host: encoder layers 0..3 unit by unit, then the decoder and the head
+  # give exactly Model::forward's logits.
+  add_test(NAME example_encoder_stack_bundled_model
+           COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:encoder_stack>;${BUNDLED};def main(): return 0" -DEXPECT_RC=0
+                   "-DREGEX=encoder: layers 0..3, decoder: 4..7.*after layer 3 \\([a-z]+\\): residual RMS [0-9.]+.*encoder state of row 0: norm [0-9.]+.*logits equal Model::forward's: yes"
+                   -P ${RUN_EXPECT})
 endif()

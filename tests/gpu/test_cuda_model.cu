@@ -15,16 +15,29 @@ namespace {
 const std::string kDir = std::string(DSV41_TEST_DATA) + "/golden/tiny-ced";
 }
 
-TEST_CASE("CUDA model passes the golden check on tiny-ced", "[gpu][model]") {
-  auto m = CudaModel<>::load(kDir);
-  REQUIRE(m.ok());
-      const auto& gpu_model = **m;
+namespace {
+template <class M>
+void check_golden(const M& gpu_model) {
   auto rep = golden::run(gpu_model, kDir + "/golden.safetensors");
   REQUIRE(rep.ok());
   INFO(rep->summary());
   CHECK(rep->pass);
   CHECK(!rep->has_nan);
   CHECK(rep->engram_mismatches == 0);
+}
+}  // namespace
+
+TEST_CASE("CUDA model passes the golden check on tiny-ced", "[gpu][model]") {
+  auto m = CudaModel<>::load(kDir);
+  REQUIRE(m.ok());
+  check_golden(**m);
+}
+
+// The preset's compile-time sizes (Dims<TinyCed>: mHC with hc 4 as a template argument) give the same contract.
+TEST_CASE("CUDA model of the TinyCed preset passes the golden check", "[gpu][model]") {
+  auto m = Model<configs::TinyCed, Cuda>::load(kDir);
+  REQUIRE(m.ok());
+  check_golden(**m);
 }
 
 TEST_CASE("CUDA model logits follow the CPU model's", "[gpu][model]") {

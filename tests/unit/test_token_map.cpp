@@ -134,7 +134,7 @@ uint64_t fnv1a(uint64_t h, std::string_view s) {
 
 std::string utf8_of(uint32_t cp) {
   std::string s;
-  text::utf8::append(s, cp);
+  utf8::append(s, cp);
   return s;
 }
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include <dsv41/text/unicode_regex.hpp>
-#include <dsv41/text/utf8.hpp>
+#include <dsv41/core/utf8.hpp>
 
 using namespace dsv41;
 using namespace dsv41::text;

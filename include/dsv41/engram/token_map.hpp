@@ -32,6 +32,7 @@
 #include <vector>
 
 #include <dsv41/core/status.hpp>
+#include <dsv41/core/utf8.hpp>
 
 namespace dsv41::engram {
 
@@ -135,47 +136,6 @@ inline void append_lower(std::vector<uint32_t>& out, uint32_t cp) {
   out.push_back(uint32_t(utf8proc_tolower(utf8proc_int32_t(cp))));
 }
 
-// Decodes valid UTF-8 (decode() output is); one code point per call. Local so that engram/
-// needs nothing from text/.
-inline uint32_t next_cp(const unsigned char* s, size_t& i) {
-  const unsigned char b = s[i];
-  if (b < 0x80) {
-    ++i;
-    return b;
-  }
-  if (b < 0xE0) {
-    const uint32_t v = ((b & 0x1Fu) << 6) | (s[i + 1] & 0x3Fu);
-    i += 2;
-    return v;
-  }
-  if (b < 0xF0) {
-    const uint32_t v = ((b & 0x0Fu) << 12) | ((s[i + 1] & 0x3Fu) << 6) | (s[i + 2] & 0x3Fu);
-    i += 3;
-    return v;
-  }
-  const uint32_t v = ((b & 0x07u) << 18) | ((s[i + 1] & 0x3Fu) << 12) | ((s[i + 2] & 0x3Fu) << 6) | (s[i + 3] & 0x3Fu);
-  i += 4;
-  return v;
-}
-
-inline void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(char(cp));
-  } else if (cp < 0x800) {
-    out.push_back(char(0xC0 | (cp >> 6)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(char(0xE0 | (cp >> 12)));
-    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(char(0xF0 | (cp >> 18)));
-    out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  }
-}
-
 }  // namespace token_map_detail
 
 // The reference's key normalizer on valid UTF-8 (decode() output is); may return "".
@@ -187,7 +147,7 @@ inline std::string normalize_token_text(std::string_view utf8) {
   cps.reserve(utf8.size() + 4);
   utf8proc_int32_t buf[32];
   for (size_t i = 0; i < utf8.size();) {
-    const uint32_t cp = d::next_cp(p, i);
+    const uint32_t cp = utf8::next(p, i);
     if (d::unknown(cp)) {
       cps.push_back(cp);
       continue;
@@ -233,7 +193,7 @@ inline std::string normalize_token_text(std::string_view utf8) {
   while (b > a && d::white_space(t[b - 1])) --b;
   std::string out;
   out.reserve(b - a + 8);
-  for (size_t i = a; i < b; ++i) d::append_utf8(out, t[i] == 0xE000 ? 0x20 : t[i]);
+  for (size_t i = a; i < b; ++i) utf8::append(out, t[i] == 0xE000 ? 0x20 : t[i]);
   return out;
 }
 

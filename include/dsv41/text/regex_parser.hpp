@@ -14,7 +14,7 @@
 #include <dsv41/core/status.hpp>
 #include <dsv41/text/regex_matcher.hpp>
 #include <dsv41/text/unicode_props.hpp>
-#include <dsv41/text/utf8.hpp>
+#include <dsv41/core/utf8.hpp>
 
 namespace dsv41::text {
 

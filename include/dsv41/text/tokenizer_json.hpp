@@ -24,7 +24,7 @@
 #include <dsv41/text/bpe.hpp>
 #include <dsv41/text/tokenizer_steps.hpp>
 #include <dsv41/text/unicode_regex.hpp>
-#include <dsv41/text/utf8.hpp>
+#include <dsv41/core/utf8.hpp>
 
 namespace dsv41::text {
 

@@ -21,6 +21,7 @@
 #include <dsv41/blocks/backend_ops.hpp>
 #include <dsv41/blocks/forward_types.hpp>
 #include <dsv41/blocks/weights.hpp>
+#include <dsv41/config/dims.hpp>
 #include <dsv41/config/presets.hpp>
 
 namespace dsv41::gpu {
@@ -39,6 +40,9 @@ class Ops : public DsparkOps {
   static constexpr bool on_host = false;
   static constexpr bool keeps_host_weights = false;  // uploaded once at creation
   static constexpr bool batches_decode = true;
+  // The kernel-relevant sizes: compile-time for a preset (its hot kernels are instantiated for them), runtime for
+  // configs::Dynamic.
+  using Sizes = Dims<Config>;
 
   // Uploads the bound weights (host views of a checkpoint) once; host memory is not needed afterwards.
   static Result<std::unique_ptr<Ops>> create(const ModelShape& s, const Weights& hw, engram::Setup eg, cudaStream_t stream) {
@@ -246,8 +250,8 @@ class Ops : public DsparkOps {
   // ---- mHC and MoE ----
 
   Result<BlockWork> block_work(int rows) const { return make_block_work(rows); }
-  Status mhc_pre(int l, const Streams& s, BlockWork& w) const { return mhc_first(l, s, w); }
-  Status mhc_seam(int l, const Streams& s, BlockWork& w) const { return mhc_second(l, s, w); }
+  Status mhc_pre(int l, const Streams& s, BlockWork& w) const { return mhc_first<kStaticHc>(l, s, w); }
+  Status mhc_seam(int l, const Streams& s, BlockWork& w) const { return mhc_second<kStaticHc>(l, s, w); }
   Status mhc_post(int, const Streams& s, BlockWork& w) const { return mhc_last(s, w); }
   Status moe(int l, const int32_t* tokens, const bf16_t* x, bf16_t* out, int rows) const {
     mark("moe");
@@ -278,6 +282,11 @@ class Ops : public DsparkOps {
   Status draft_head(DraftWork& d, DraftResult& out) const { return draft_outputs(d, out); }
 
  private:
+  static constexpr int kStaticHc = [] {
+    if constexpr (Sizes::is_static) return Sizes::hc;
+    else return 0;
+  }();
+
   Ops(const ModelShape& s, engram::Setup eg, cudaStream_t stream) : DsparkOps(s, std::move(eg), stream) {}
 
   // The batch's inputs on the device, its residual streams and taps.

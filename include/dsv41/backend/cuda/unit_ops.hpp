@@ -60,7 +60,16 @@ class UnitOps : public HookCopies {
     return Result<BlockWork>(std::move(w));
   }
 
+  // One mHC seam: HC > 0 is the stream count known at compile time (a preset's), 0 dispatches on s_.hc_mult.
+  template <int HC>
+  Status mhc_run(const MhcParams& p) const {
+    mark("mhc");
+    if constexpr (HC > 0) return mhc_step_fixed<HC>(p, stream_);
+    else return mhc_step_any(p, s_.hc_mult, stream_);
+  }
+
   // Seam 1: mixes of H; x_attn = norm(hc_pre(H, pre)).
+  template <int HC = 0>
   Status mhc_first(int l, const Streams& s, BlockWork& w) const {
     const DLayer& L = layers_[size_t(l)];
     const int hc = s_.hc_mult, d = s_.hidden_size;
@@ -85,11 +94,11 @@ class UnitOps : public HookCopies {
       DSV41_TRY(w.sc.get(ws, mhc_workspace_bytes(s.rows, d, hc)));
       mhc_set_workspace(pa, hc, ws);
     }
-    mark("mhc");
-    return mhc_step_any(pa, hc, stream_);
+    return mhc_run<HC>(pa);
   }
 
   // Seam 2: H1 = hc_post(attn_out, H); mixes of H1; x_ffn = norm(hc_pre(H1, pre of seam 1)).
+  template <int HC = 0>
   Status mhc_second(int l, const Streams&, BlockWork& w) const {
     const DLayer& L = layers_[size_t(l)];
     const int hc = s_.hc_mult, NM = (2 + hc) * hc;
@@ -105,8 +114,7 @@ class UnitOps : public HookCopies {
     pf.norm_w = L.ffn_norm;
     pf.mix_out = w.mix_ffn;
     pf.y = w.x_ffn;
-    mark("mhc");
-    return mhc_step_any(pf, hc, stream_);
+    return mhc_run<HC>(pf);
   }
 
   // Seam 3: H = hc_post(ffn_out, H1); pre = the MoE mixes' pre.

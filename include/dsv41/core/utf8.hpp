@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-namespace dsv41::text::utf8 {
+namespace dsv41::utf8 {
 
 inline constexpr uint32_t kReplacement = 0xFFFD;
 
@@ -155,4 +155,4 @@ inline uint32_t next(const unsigned char* s, size_t& i) {
 
 inline size_t length_of(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 
-}  // namespace dsv41::text::utf8
+}  // namespace dsv41::utf8
