@@ -19,7 +19,7 @@ namespace {
 
 using dsv41::Code;
 using dsv41::text::Tokenizer;
-namespace utf8 = dsv41::text::utf8;
+namespace utf8 = dsv41::utf8;
 
 const std::string kDir = std::string(DSV41_TEST_DATA) + "/tokenizers/";
 

@@ -82,25 +82,29 @@ DSV41_HD inline uint8_t nibble_at(const uint8_t* packed, int i) {
   return (i & 1) ? uint8_t(byte >> 4) : uint8_t(byte & 0xF);
 }
 
+// Block b (16 values at x16) of an n-wide main KV entry: quantized in place, its nibbles and E4M3 scale written.
+DSV41_HD inline void pack_main_block(float* x16, int n, int b, uint8_t* out) {
+  uint8_t nib[16];
+  fp4_quant_block16(x16, 16, nib, out + n / 2 + b);
+  pack_nibbles(nib, 16, out + b * 8);
+}
 // Quantizes x in place (FP4, E4M3 scale per 16) and writes the packed main KV entry (any n, a multiple of 16).
 DSV41_HD inline void pack_main_entry(float* x, int n, uint8_t* out) {
-  uint8_t nib[16];
-  for (int b = 0; b < n / 16; ++b) {
-    fp4_quant_block16(x + b * 16, 16, nib, out + n / 2 + b);
-    pack_nibbles(nib, 16, out + b * 8);
-  }
+  for (int b = 0; b < n / 16; ++b) pack_main_block(x + b * 16, n, b, out);
 }
 DSV41_HD inline void unpack_main_entry(const uint8_t* in, int n, float* x) {
   for (int i = 0; i < n; ++i) x[i] = e2m1_to_f32(nibble_at(in, i)) * e4m3_to_f32(in[n / 2 + i / 16]);
 }
 
+// Block b (32 values at x32) of an n-wide index key: quantized in place, its nibbles and UE8M0 exponent written.
+DSV41_HD inline void pack_index_block(float* x32, int n, int b, uint8_t* out) {
+  uint8_t nib[32];
+  fp4_quant_block32(x32, 32, nib, out + n / 2 + b);
+  pack_nibbles(nib, 32, out + b * 16);
+}
 // Quantizes x in place (FP4, power-of-two scale per 32) and writes the packed index key (any n, a multiple of 32).
 DSV41_HD inline void pack_index_entry(float* x, int n, uint8_t* out) {
-  uint8_t nib[32];
-  for (int b = 0; b < n / 32; ++b) {
-    fp4_quant_block32(x + b * 32, 32, nib, out + n / 2 + b);
-    pack_nibbles(nib, 32, out + b * 16);
-  }
+  for (int b = 0; b < n / 32; ++b) pack_index_block(x + b * 32, n, b, out);
 }
 DSV41_HD inline void unpack_index_entry(const uint8_t* in, int n, float* x) {
   for (int i = 0; i < n; ++i) x[i] = e2m1_to_f32(nibble_at(in, i)) * ue8m0_to_f32(in[n / 2 + i / 32]);

@@ -77,10 +77,8 @@ __global__ void pack_main_kernel(const bf16_t* __restrict__ x, int rows, int D, 
   const int t = int(id / nb), b = int(id % nb);
   uint8_t* e = pool + (first + t) * num::main_entry_size(D);
   float v[16];
-  uint8_t nib[16];
   for (int i = 0; i < 16; ++i) v[i] = bf2f(x[int64_t(t) * D + b * 16 + i]);
-  num::fp4_quant_block16(v, 16, nib, e + D / 2 + b);
-  for (int i = 0; i < 8; ++i) e[b * 8 + i] = num::pack_e2m1(nib[2 * i], nib[2 * i + 1]);
+  num::pack_main_block(v, D, b, e);
 }
 
 // Index key (E2M1 + UE8M0 per 32) of rows [0, rows) into entries first + t.
@@ -93,10 +91,8 @@ __global__ void pack_index_kernel(const bf16_t* __restrict__ x, int rows, int dI
   const int t = int(id / nb), b = int(id % nb);
   uint8_t* e = pool + (first + t) * num::index_entry_size(dI);
   float v[32];
-  uint8_t nib[32];
   for (int i = 0; i < 32; ++i) v[i] = bf2f(x[int64_t(t) * dI + b * 32 + i]);
-  num::fp4_quant_block32(v, 32, nib, e + dI / 2 + b);
-  for (int i = 0; i < 16; ++i) e[b * 16 + i] = num::pack_e2m1(nib[2 * i], nib[2 * i + 1]);
+  num::pack_index_block(v, dI, b, e);
 }
 
 // ring[(p0 + t) mod W] = pool[off + t] for t in [t0, rows).

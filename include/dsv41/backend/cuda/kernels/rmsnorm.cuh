@@ -6,6 +6,22 @@
 namespace dsv41::gpu {
 
 namespace detail {
+
+// 1 / sqrt(mean of squares + eps) of a row from each thread's partial sum of squares (the block's threads).
+__device__ __forceinline__ float inv_rms(float ss, int n, float eps) {
+  __shared__ float red[32];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float s = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+    s = warp_sum(s);
+    if (threadIdx.x == 0) red[0] = s;
+  }
+  __syncthreads();
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(red[0], float(n)), eps)));
+}
+
 template <int MAXV>  // 8-element vectors per thread
 __global__ void __launch_bounds__(256) rmsnorm_kernel(const bf16_t* __restrict__ x, int64_t ldx,
                                                       const float* __restrict__ w, int n, float eps,
@@ -27,17 +43,7 @@ __global__ void __launch_bounds__(256) rmsnorm_kernel(const bf16_t* __restrict__
       }
     }
   }
-  __shared__ float red[32];
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float s = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
-    s = warp_sum(s);
-    if (threadIdx.x == 0) red[0] = s;
-  }
-  __syncthreads();
-  const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(red[0], float(n)), eps)));
+  const float rs = inv_rms(ss, n, eps);
 #pragma unroll
   for (int c = 0; c < MAXV; ++c) {
     const int i = (threadIdx.x + c * blockDim.x) * 8;
@@ -67,17 +73,7 @@ __global__ void __launch_bounds__(256) rmsnorm_any_kernel(const bf16_t* __restri
     const float f = bf2f(xr[i]);
     ss = fmaf(f, f, ss);
   }
-  __shared__ float red[32];
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float s = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
-    s = warp_sum(s);
-    if (threadIdx.x == 0) red[0] = s;
-  }
-  __syncthreads();
-  const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(red[0], float(n)), eps)));
+  const float rs = inv_rms(ss, n, eps);
   for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = __float2bfloat16_rn(__fmul_rn(w[i], __fmul_rn(bf2f(xr[i]), rs)));
 }
 }  // namespace detail
