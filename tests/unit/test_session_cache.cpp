@@ -4,11 +4,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <vector>
 
 #include <dsv41/model/model.hpp>
+#include <dsv41/session/model_identity.hpp>
 #include <dsv41/session/session_cache.hpp>
 
 #include "fixture.hpp"
@@ -223,4 +226,41 @@ TEST_CASE("a damaged window payload is a miss and falls back to window replay", 
   CHECK(info->cached_tokens == 32);
   CHECK(!info->window_hit);
   CHECK(info->replayed_tokens > 0);
+}
+
+TEST_CASE("a model directory's identity: stable, and changed by its config or weights", "[session]") {
+  namespace fs = std::filesystem;
+  const std::string src = std::string(DSV41_FIXTURES) + "/tiny-ced";
+  auto a = model_identity(src), b = model_identity(src);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(*a == *b);
+  const fs::path tmp = fs::temp_directory_path() / "dsv41_identity_test";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  fs::copy_file(src + "/config.json", tmp / "config.json");
+  fs::copy_file(src + "/model.safetensors", tmp / "model.safetensors");
+  fs::copy_file(src + "/engram_token_map.safetensors", tmp / "engram_token_map.safetensors");  // part of the model
+  auto c = model_identity(tmp.string());
+  REQUIRE(c.ok());
+  CHECK(*c == *a);
+  {  // one byte of the weights' last sample (the file's end) flipped
+    std::fstream f(tmp / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    char x = 0;
+    f.read(&x, 1);
+    f.seekp(-1, std::ios::end);
+    x = char(x ^ 1);
+    f.write(&x, 1);
+  }
+  auto d = model_identity(tmp.string());
+  REQUIRE(d.ok());
+  CHECK(d->config_digest == a->config_digest);
+  CHECK(d->weights_digest != a->weights_digest);
+  std::ofstream(tmp / "config.json", std::ios::app) << " ";
+  auto e = model_identity(tmp.string());
+  REQUIRE(e.ok());
+  CHECK(e->config_digest != a->config_digest);
+  CHECK(!model_identity((tmp / "missing").string()).ok());
+  fs::remove_all(tmp);
 }
