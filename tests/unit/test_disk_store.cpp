@@ -378,6 +378,32 @@ TEST_CASE("disk store: an injected write failure leaves nothing half-written", "
   CHECK(s.stats().entries == 2);
 }
 
+TEST_CASE("disk store: threads of one process share a store", "[disk_store]") {
+  TempDir td;
+  DiskStoreOptions o;
+  o.fsync = false;
+  DiskStore s = open_store(td.path, o);
+  constexpr int T = 4, N = 30;
+  auto body = [](int i) { return payload_of(uint32_t(i), 500 + size_t(i)); };
+  std::vector<int> bad(T, 0);
+  std::vector<std::thread> th;
+  for (int t = 0; t < T; ++t)
+    th.emplace_back([&, t] {
+      for (int i = 0; i < N; ++i) {
+        const int own = t * N + i, shared = 1000 + i;  // every thread also writes and reads the shared keys
+        if (!s.put(key_of(own), kId, body(own)).ok() || !s.put(key_of(shared), kId, body(shared)).ok()) ++bad[t];
+        auto r = s.get(key_of(shared), kId);
+        if (!r.ok() || !r.value() || *r.value() != body(shared)) ++bad[t];
+      }
+    });
+  for (auto& x : th) x.join();
+  for (int t = 0; t < T; ++t) CHECK(bad[size_t(t)] == 0);
+  CHECK(s.stats().entries == T * N + N);
+  CHECK(s.stats().hits == T * N);
+  for (int i = 0; i < T * N; ++i) CHECK(get_ok(s, key_of(i)) == body(i));
+  CHECK(temp_files_in(td.path) == 0);
+}
+
 namespace {
 struct ExitAt {
   uint64_t offset;

@@ -301,7 +301,7 @@ class DiskStore {
   Status evict_locked() {
     Status first;
     auto note = [&](Status s) {
-      if (first.ok() && !s.ok()) first = std::move(s);
+      if (first.ok() && !s.ok()) std::swap(first, s);
     };
     const double now = p_->opt.clock();
     std::vector<Key> old;
