@@ -45,6 +45,15 @@ if(Python3_FOUND)
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_server.py $<TARGET_FILE:dsv41_cli> ${BUNDLED}
                      ${BUNDLED}/tokenizer.json)
     set_tests_properties(server_e2e_openai_client_and_curl_bundled_model PROPERTIES TIMEOUT 600)
+    # Sessions across requests and across a restart (serve --cache-dir; needs the session headers' xxhash.h).
+    include(CheckIncludeFileCXX)
+    check_include_file_cxx(xxhash.h DSV41_CLI_HAVE_XXHASH_H)
+    if(DSV41_CLI_HAVE_XXHASH_H)
+      add_test(NAME server_e2e_sessions_bundled_model
+               COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_server_sessions.py
+                       $<TARGET_FILE:dsv41_cli> ${BUNDLED} ${CMAKE_CURRENT_BINARY_DIR}/session_cache_e2e)
+      set_tests_properties(server_e2e_sessions_bundled_model PROPERTIES TIMEOUT 600)
+    endif()
     dsv41_cli_test(bundled_model_generate 0 "import os.*prompt tokens, 16 generated"
                    ARGS generate --model ${BUNDLED} --prompt "import os" --max-tokens 16 --speculative)
     dsv41_cli_test(bundled_model_chat 0 "dsv41 chat \\(chat mode\\)" INPUT ${CLI_DATA}/chat_input.txt

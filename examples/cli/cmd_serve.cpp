@@ -26,6 +26,8 @@ struct ServeOpts {
   int port = 8080;
   int max_tokens_cap = 4096;
   int load_delay_ms = 0;  // tests: keep /health at 503 this long
+  std::string cache_dir;  // session store (disk tier); empty: none
+  int session_block = 128;
 };
 
 struct BadRequest {
@@ -175,7 +177,8 @@ struct Server {
 
   ojson usage(const text::TextResult& r) const {
     return {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.completion_tokens},
-            {"total_tokens", r.prompt_tokens + r.completion_tokens}};
+            {"total_tokens", r.prompt_tokens + r.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
   }
 
   void chat(const httplib::Request& req, httplib::Response& res) {
@@ -384,6 +387,14 @@ struct Server {
         return;
       }
       loaded = std::move(l).value();
+      if (!opt.cache_dir.empty()) {
+        if (Status e = loaded->enable_sessions(opt.load.model_dir, opt.cache_dir, opt.session_block); !e.ok()) {
+          load_error = e.to_string();
+          fmt::print(stderr, "dsv41 serve: {}\n", load_error);
+          return;
+        }
+        fmt::print(stderr, "dsv41 serve: sessions stored in {} (blocks of {} tokens)\n", opt.cache_dir, opt.session_block);
+      }
       ready = true;
       fmt::print(stderr, "dsv41 serve: model ready\n");
     });
@@ -419,6 +430,10 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--model-name", o->name, "name reported by /v1/models (default: the directory name)");
   sub->add_option("--max-tokens-cap", o->max_tokens_cap, "largest max_tokens a request may ask for");
   sub->add_option("--debug-load-delay-ms", o->load_delay_ms, "wait before loading (tests the 503 answer)");
+  sub->add_option("--cache-dir", o->cache_dir,
+                  "keep sessions between requests: global KV on disk here, windows in memory (CPU)");
+  sub->add_option("--session-block", o->session_block, "tokens per stored block (a multiple of the compression ratios)")
+      ->check(CLI::Range(1, 1 << 20));
   return {sub, run_serve, o};
 }
 

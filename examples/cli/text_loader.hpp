@@ -10,6 +10,13 @@
 
 #include <dsv41/model/model.hpp>
 #include <dsv41/runtime/text_model.hpp>
+#if __has_include(<xxhash.h>)
+#define DSV41_CLI_SESSIONS 1
+#include <dsv41/session/disk_store.hpp>
+#include <dsv41/session/model_identity.hpp>
+#include <dsv41/session/session_cache.hpp>
+#include <dsv41/session/window_pool.hpp>
+#endif
 
 namespace dsv41::cli {
 
@@ -28,6 +35,8 @@ class TextEngine {
   virtual Result<text::TextResult> complete(std::string_view prompt, const text::TextOptions& o) const = 0;
   // ids run as one fresh sequence; logits of every row ([rows, V]; with bounded replay only the last W rows).
   virtual Status score(std::span<const int32_t> ids, bool bounded_replay, std::vector<float>& logits) const = 0;
+  // Prompts resume from a session store in cache_dir (global KV on disk, windows in a host pool) and store into it.
+  virtual Status enable_sessions(const std::string& model_dir, const std::string& cache_dir, int block) = 0;
 };
 
 // The engine over a model type M (Model<> here; Model<Dynamic, Cuda> in text_cuda.cu).
@@ -65,9 +74,52 @@ class TextEngineOf : public TextEngine {
     return Status::Ok();
   }
 
+  Status enable_sessions(const std::string& model_dir, const std::string& cache_dir, int block) override {
+#if DSV41_CLI_SESSIONS
+    if constexpr (M::on_host) {
+      auto id = session::model_identity(model_dir);
+      if (!id.ok()) return id.status();
+      auto disk = session::DiskStore::open(cache_dir);
+      if (!disk.ok()) return disk.status();
+      auto s = std::make_unique<Sessions>(*model_, *id, std::move(disk).value(), block);
+      DSV41_TRY(s->cache.check());
+      sessions_ = std::move(s);
+      text::SessionHooks<typename M::State> h;
+      h.ctx = sessions_.get();
+      h.block = block;
+      h.resume = [](void* c, typename M::State& st, std::span<const int32_t> ids) -> Result<int64_t> {
+        auto r = static_cast<Sessions*>(c)->cache.resume(st, ids);
+        if (!r.ok()) return r.status();
+        return r->cached_tokens;
+      };
+      h.boundary = [](void* c, const typename M::State& st, std::span<const int32_t> tokens) {
+        return static_cast<Sessions*>(c)->cache.at_boundary(st, tokens);
+      };
+      text_->set_session(h);
+      return Status::Ok();
+    } else {
+      return error(Code::unsupported, "--cache-dir: session stores hold CPU states for now (use --device cpu)");
+    }
+#else
+    (void)model_dir, (void)cache_dir, (void)block;
+    return error(Code::unsupported, "--cache-dir: built without xxhash.h (libxxhash-dev)");
+#endif
+  }
+
  protected:
   std::unique_ptr<M> model_;
   std::unique_ptr<text::TextModel<M>> text_;  // refers to *model_: destroyed first
+#if DSV41_CLI_SESSIONS
+  // The tiers and the cache over them (the cache refers to the tiers: members in this order).
+  struct Sessions {
+    Sessions(const M& m, session::ModelIdentity id, session::DiskStore d, int block)
+        : disk(std::move(d)), cache(m, id, disk, pool, session::SessionOptions{block, 600, false}) {}
+    session::DiskStore disk;
+    session::WindowPool pool;
+    session::SessionCache<M, session::DiskStore, session::Connector> cache;
+  };
+  std::unique_ptr<Sessions> sessions_;
+#endif
 };
 
 inline bool print_progress(void*, float f, const char* stage) {

@@ -41,12 +41,28 @@ struct TextResult {
   std::vector<int32_t> ids;      // every generated id
   TextFinish finish = TextFinish::length;
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;     // prompt tokens whose caches came back from a session store (not recomputed)
   int64_t drafted = 0, accepted = 0, spec_steps = 0;
+};
+
+// A session store the text model resumes prompts from and records block boundaries into (session/session_cache.hpp
+// through a function pointer + ctx, so this header needs nothing of it).
+template <class State>
+struct SessionHooks {
+  void* ctx = nullptr;
+  int block = 0;  // tokens per block; 0: no session store
+  // Puts the longest stored prefix of ids back into the fresh state st; returns how many tokens it holds then.
+  Result<int64_t> (*resume)(void* ctx, State& st, std::span<const int32_t> ids) = nullptr;
+  // st stands at a block boundary; tokens: every token it processed.
+  Status (*boundary)(void* ctx, const State& st, std::span<const int32_t> tokens) = nullptr;
 };
 
 template <class M>
 class TextModel {
  public:
+  // Prompts resume from (and store into) a session store; the hooks' ctx must outlive the model's use.
+  void set_session(SessionHooks<typename M::State> h) { session_ = h; }
+
   // tok must match the model's vocabulary; the chat tokens must exist in it.
   static Result<TextModel> make(const M& model, Tokenizer tok, ChatTokens chat = {}) {
     const ModelShape& s = model.shape();
@@ -85,6 +101,15 @@ class TextModel {
     if (!made.ok()) return made.status();
     auto& st = *made;
     Stream stream{this, &o, tok_.stream_decoder(), {}, 0, false, false};
+    // With a session store: resume, run the rest in chunks that end at block boundaries, record each boundary.
+    int64_t cached = 0;
+    if (session_.block > 0 && session_.resume) {
+      auto r = session_.resume(session_.ctx, st, ids);
+      if (r.ok()) cached = *r;  // a store that fails is a miss: run cold
+      stream.session = &session_;
+      stream.state = &st;
+      stream.tokens.assign(ids.begin(), ids.end());
+    }
     for (const auto& st_str : o.stop)
       if (st_str.empty()) return error(Code::invalid_argument, "empty stop string");
     GenerateOptions g;
@@ -96,18 +121,21 @@ class TextModel {
     g.on_prefill = o.on_prefill;
     g.ctx = &stream;
     g.on_token = [](void* c, int32_t id) { return static_cast<Stream*>(c)->push(id); };
-    if (o.on_prefill) {
-      // on_prefill shares ctx with on_token: forward it to the caller's ctx.
+    if (o.on_prefill || stream.session) {
+      // on_prefill shares ctx with on_token: forward it to the caller's ctx (and record session boundaries).
       g.on_prefill = [](void* c, int64_t done, int64_t total) {
         auto* st2 = static_cast<Stream*>(c);
-        return st2->opts->on_prefill(st2->opts->ctx, done, total);
+        st2->at_boundary();
+        return !st2->opts->on_prefill || st2->opts->on_prefill(st2->opts->ctx, done, total);
       };
     }
-    auto r = generate(*model_, st, ids, g);
+    if (stream.session) g.prefill_chunk = session_.block;
+    auto r = generate(*model_, st, std::span<const int32_t>(ids).subspan(size_t(cached)), g);
     if (!r.ok()) return r.status();
     TextResult out;
     out.ids = r->tokens;
     out.prompt_tokens = int64_t(ids.size());
+    out.cached_tokens = cached;
     out.completion_tokens = int64_t(r->tokens.size());
     out.drafted = r->drafted;
     out.accepted = r->accepted;
@@ -134,9 +162,28 @@ class TextModel {
     bool stopped_by_string = false, cancelled = false;
 
     int32_t cur = -1;  // the token being handled, reported with the text it releases
+    // With a session store: the state, every token known (prompt then generated), the last boundary recorded.
+    const SessionHooks<typename M::State>* session = nullptr;
+    typename M::State* state = nullptr;
+    std::vector<int32_t> tokens;
+    int64_t last_boundary = 0;
+
+    // Records the state's block boundary when it stands at one and holds exactly the known tokens (in speculative
+    // steps it may hold drafts not yet accepted: then it waits for the next boundary).
+    void at_boundary() {
+      if (!session || !state) return;
+      const int64_t pos = state->pos;
+      if (pos == 0 || pos % session->block || pos <= last_boundary || pos > int64_t(tokens.size())) return;
+      last_boundary = pos;
+      (void)session->boundary(session->ctx, *state, std::span<const int32_t>(tokens).first(size_t(pos)));
+    }
 
     bool push(int32_t id) {
       cur = id;
+      if (session) {
+        at_boundary();  // the state holds everything before id
+        tokens.push_back(id);
+      }
       if (id == self->eos_id()) return !opts->on_text || opts->on_text(opts->ctx, id, {});  // not part of the text
       text += dec.push(id);
       return scan(false);
@@ -176,6 +223,7 @@ class TextModel {
   const M* model_;
   Tokenizer tok_;
   ChatTokens chat_;
+  SessionHooks<typename M::State> session_;
 };
 
 }  // namespace dsv41::text

@@ -1,0 +1,101 @@
+"""End-to-end test of `dsv41 serve --cache-dir`: a second turn that repeats the first reuses its stored blocks
+(usage.prompt_tokens_details.cached_tokens), and so does the same turn after the server restarted (the disk tier;
+the windows, held in memory, come back by window replay).
+
+Usage: test_server_sessions.py DSV41_BINARY MODEL_DIR CACHE_DIR
+Starts the server on a free loopback port, twice; every request has a timeout and the run stops itself.
+"""
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+BIN, MODEL, CACHE = sys.argv[1:4]
+failures, passed = 0, 0
+
+
+def check(cond, what):
+    global failures, passed
+    if cond:
+        passed += 1
+    else:
+        failures += 1
+        print("FAIL:", what, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(base, body):
+    req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return r.status, json.loads(r.read())
+
+
+def start():
+    port = free_port()
+    p = subprocess.Popen([BIN, "serve", "--model", MODEL, "--port", str(port), "--cache-dir", CACHE],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=5) as r:
+                if r.status == 200:
+                    return p, base
+        except (OSError, urllib.error.HTTPError):
+            pass
+        time.sleep(0.2)
+    p.kill()
+    raise SystemExit("server did not become ready")
+
+
+def stop(p):
+    p.terminate()
+    try:
+        p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(timeout=20)
+
+
+shutil.rmtree(CACHE, ignore_errors=True)
+history = "\n".join(f"def function_{i}(x):\n    return x * {i} + {i * i}\n" for i in range(24))
+turn1 = [{"role": "user", "content": "Read this module and explain it:\n" + history}]
+p, base = start()
+try:
+    code, r1 = post(base, {"messages": turn1, "max_tokens": 8, "temperature": 0})
+    check(code == 200, "turn 1 answered")
+    u1 = r1["usage"]
+    check(u1["prompt_tokens"] > 128, f"turn 1 prompt spans a block: {u1['prompt_tokens']}")
+    check(u1["prompt_tokens_details"]["cached_tokens"] == 0, "turn 1 has nothing cached")
+    turn2 = turn1 + [{"role": "assistant", "content": r1["choices"][0]["message"]["content"]},
+                     {"role": "user", "content": "And function_3?"}]
+    code, r2 = post(base, {"messages": turn2, "max_tokens": 8, "temperature": 0})
+    check(code == 200, "turn 2 answered")
+    c2 = r2["usage"]["prompt_tokens_details"]["cached_tokens"]
+    check(c2 >= 128 and c2 % 128 == 0 and c2 < r2["usage"]["prompt_tokens"],
+          f"turn 2 reuses whole blocks of turn 1: {c2} of {r2['usage']['prompt_tokens']}")
+finally:
+    stop(p)
+p, base = start()  # a new process: the windows are gone, the disk tier is not
+try:
+    code, r3 = post(base, {"messages": turn2, "max_tokens": 8, "temperature": 0})
+    check(code == 200, "turn 2 after a restart answered")
+    c3 = r3["usage"]["prompt_tokens_details"]["cached_tokens"]
+    check(c3 == c2, f"after a restart the same blocks come back from disk: {c3} (before: {c2})")
+    print(f"turn 1: {u1['prompt_tokens']} prompt tokens, 0 cached; turn 2: {r2['usage']['prompt_tokens']} prompt "
+          f"tokens, {c2} cached; after a restart: {c3} cached", flush=True)
+finally:
+    stop(p)
+shutil.rmtree(CACHE, ignore_errors=True)
+print(f"{passed} passed, {failures} failed")
+sys.exit(1 if failures else 0)
