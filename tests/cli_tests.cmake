@@ -53,6 +53,10 @@ if(Python3_FOUND)
                COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_server_sessions.py
                        $<TARGET_FILE:dsv41_cli> ${BUNDLED} ${CMAKE_CURRENT_BINARY_DIR}/session_cache_e2e)
       set_tests_properties(server_e2e_sessions_bundled_model PROPERTIES TIMEOUT 600)
+      # Chat turns resume from the earlier turns (turn 2 reuses the 3 whole blocks of turn 1's 392 tokens).
+      dsv41_cli_test(bundled_model_chat_sessions 0 "prompt tokens, [0-9]+ cached.*prompt tokens, 384 cached"
+                     INPUT ${CLI_DATA}/chat_sessions_input.txt
+                     ARGS chat --model ${BUNDLED} --max-tokens 8 --cache-dir ${CMAKE_CURRENT_BINARY_DIR}/chat_session_cache)
     endif()
     dsv41_cli_test(bundled_model_generate 0 "import os.*prompt tokens, 16 generated"
                    ARGS generate --model ${BUNDLED} --prompt "import os" --max-tokens 16 --speculative)

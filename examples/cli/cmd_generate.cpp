@@ -87,6 +87,8 @@ struct ChatOpts {
   LoadArgs load;
   SamplingArgs sampling;
   std::string mode = "chat", system, effort = "high";
+  std::string cache_dir;  // session store: each turn resumes from the turns before (and from earlier runs)
+  int session_block = 128;
 };
 
 int run_chat(void* p) {
@@ -96,6 +98,12 @@ int run_chat(void* p) {
   if (!l.ok()) {
     fmt::print(stderr, "error: {}\n", l.status().to_string());
     return 1;
+  }
+  if (!o.cache_dir.empty()) {
+    if (Status e = (*l)->enable_sessions(o.load.model_dir, o.cache_dir, o.session_block); !e.ok()) {
+      fmt::print(stderr, "error: {}\n", e.to_string());
+      return 1;
+    }
   }
   const auto& tm = **l;
   nlohmann::ordered_json req = {{"messages", nlohmann::ordered_json::array()}, {"thinking_mode", o.mode}};
@@ -117,6 +125,8 @@ int run_chat(void* p) {
     opt.on_text = print_piece;
     auto r = tm.complete(*prompt, opt);
     std::printf("\n");
+    if (r.ok() && !o.cache_dir.empty())
+      fmt::print(stderr, "[{} prompt tokens, {} cached]\n", r->prompt_tokens, r->cached_tokens);
     if (!r.ok()) {
       fmt::print(stderr, "error: {}\n", r.status().to_string());
       req["messages"].erase(req["messages"].size() - 1);
@@ -153,6 +163,8 @@ Command add_chat(CLI::App& app) {
   sub->add_option("--mode", o->mode, "chat or thinking")->check(CLI::IsMember({"chat", "thinking"}));
   sub->add_option("--reasoning-effort", o->effort, "low, high, max or 1-100");
   sub->add_option("--system", o->system, "system prompt");
+  sub->add_option("--cache-dir", o->cache_dir, "keep the session: global KV on disk here, windows in memory (CPU)");
+  sub->add_option("--session-block", o->session_block, "tokens per stored block")->check(CLI::Range(1, 1 << 20));
   o->sampling.add(sub);
   return {sub, run_chat, o};
 }
