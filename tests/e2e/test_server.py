@@ -5,33 +5,20 @@ Starts the server on a free loopback port, checks every endpoint, then stops it.
 request has a timeout and the whole run stops itself.
 """
 import json
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, __import__('os').path.dirname(__file__))
+from e2e_common import check, exit_with_summary, free_port  # noqa: E402
+
 import openai
 
 BIN, MODEL, TOKENIZER = sys.argv[1:4]
-failures = 0
-passed = 0
 
 
-def check(cond, what):
-    global failures, passed
-    if cond:
-        passed += 1
-    else:
-        failures += 1
-        print("FAIL:", what, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url):
@@ -172,5 +159,4 @@ finally:
     except subprocess.TimeoutExpired:
         server.kill()
 
-print(f"{passed} passed, {failures} failed")
-sys.exit(1 if failures else 0)
+exit_with_summary()

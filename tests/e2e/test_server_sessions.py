@@ -7,30 +7,18 @@ Starts the server on a free loopback port, twice; every request has a timeout an
 """
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, __import__('os').path.dirname(__file__))
+from e2e_common import check, exit_with_summary, free_port  # noqa: E402
+
 BIN, MODEL, CACHE = sys.argv[1:4]
-failures, passed = 0, 0
 
 
-def check(cond, what):
-    global failures, passed
-    if cond:
-        passed += 1
-    else:
-        failures += 1
-        print("FAIL:", what, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def post(base, body):
@@ -97,5 +85,4 @@ try:
 finally:
     stop(p)
 shutil.rmtree(CACHE, ignore_errors=True)
-print(f"{passed} passed, {failures} failed")
-sys.exit(1 if failures else 0)
+exit_with_summary()
