@@ -17,38 +17,15 @@
 #include <dsv41/session/model_identity.hpp>
 #include <dsv41/session/session_cache.hpp>
 
+#include "memory_tiers.hpp"
+
 using namespace dsv41;
 using namespace dsv41::session;
 
-namespace {
+using bench::MapGlobal;
+using bench::MapWindow;
 
-// In-memory tiers (what is measured is the model work; the stores have their own benches).
-struct MapGlobal {
-  std::map<std::pair<uint64_t, uint64_t>, std::vector<uint8_t>> m;
-  uint64_t bytes = 0;
-  Status put(const Key& k, const ModelIdentity&, std::span<const uint8_t> v) {
-    bytes += v.size();
-    m[{k.hi, k.lo}] = std::vector<uint8_t>(v.begin(), v.end());
-    return Status::Ok();
-  }
-  Result<std::optional<std::vector<uint8_t>>> get(const Key& k, const ModelIdentity&) {
-    auto it = m.find({k.hi, k.lo});
-    if (it == m.end()) return std::optional<std::vector<uint8_t>>();
-    return std::optional<std::vector<uint8_t>>(it->second);
-  }
-};
-struct MapWindow {
-  std::map<std::pair<uint64_t, uint64_t>, std::vector<uint8_t>> m;
-  Status put(const Key& k, std::span<const uint8_t> v, double) {
-    m[{k.hi, k.lo}] = std::vector<uint8_t>(v.begin(), v.end());
-    return Status::Ok();
-  }
-  Result<std::optional<std::vector<uint8_t>>> get(const Key& k) {
-    auto it = m.find({k.hi, k.lo});
-    if (it == m.end()) return std::optional<std::vector<uint8_t>>();
-    return std::optional<std::vector<uint8_t>>(it->second);
-  }
-};
+namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 double median(std::vector<double> v) {

@@ -145,7 +145,8 @@ inline Status write_cpu_golden(const std::string& model_dir, const std::string& 
     std::vector<int64_t> engram;
     int engram_n = 0;
     int L;
-  } rec{B, T, P, 0, K, hc, d, {}, {}, {}, {}, 0, L};
+    int step = 0, nd = 0;  // the draft being recorded (decode step), drafts per sequence
+  } rec{B, T, P, 0, K, hc, d, {}, {}, {}, {}, 0, L, 0, T - P};
   ForwardHooks hooks;
   hooks.ctx = &rec;
   hooks.unit_input = [](void* c, int l, int64_t start, int rows, float* H, float* pre) {
@@ -201,6 +202,18 @@ inline Status write_cpu_golden(const std::string& model_dir, const std::string& 
     v.resize(size_t(r.B) * r.T * width);
     std::copy_n(taps, size_t(rows) * width, v.begin() + (size_t(r.b) * r.T + size_t(start)) * width);
   };
+  // Each DSpark stage's input streams (k = n_dspark: the last stage's output), so a backend's stages can be judged
+  // one by one on these inputs as the layer units are.
+  hooks.draft_stage = [](void* c, int k, int rows, float* H, float* pre) {
+    auto& r = *static_cast<Rec*>(c);
+    auto& h = r.f["dspark_h." + std::to_string(k)];
+    auto& p = r.f["dspark_pre." + std::to_string(k)];
+    h.resize(size_t(r.B) * r.nd * rows * r.hc * r.d);
+    p.resize(size_t(r.B) * r.nd * rows * r.hc);
+    const size_t row0 = (size_t(r.b) * r.nd + size_t(r.step)) * rows;
+    std::copy_n(H, size_t(rows) * r.hc * r.d, h.begin() + row0 * r.hc * r.d);
+    std::copy_n(pre, size_t(rows) * r.hc, p.begin() + row0 * r.hc);
+  };
   std::vector<float> logits(size_t(B) * T * V), dl(size_t(B) * (T - P) * blk * V), dc(size_t(B) * (T - P) * blk);
   std::vector<int32_t> dids(size_t(B) * (T - P) * (blk + 1));
   for (int b = 0; b < B; ++b) {
@@ -215,7 +228,8 @@ inline Status write_cpu_golden(const std::string& model_dir, const std::string& 
       std::copy(fr.logits.begin(), fr.logits.end(), logits.begin() + (size_t(b) * T + t) * V);
       const int32_t y = int32_t(std::max_element(fr.logits.begin(), fr.logits.end()) - fr.logits.begin());
       DraftResult dr;
-      DSV41_TRY((*m)->draft(st, y, dr));
+      rec.step = t - P;
+      DSV41_TRY((*m)->draft(st, y, dr, &hooks));
       const size_t i = size_t(b) * (T - P) + size_t(t - P);
       std::copy(dr.ids.begin(), dr.ids.end(), dids.begin() + i * (blk + 1));
       std::copy(dr.logits.begin(), dr.logits.end(), dl.begin() + i * blk * V);
@@ -257,6 +271,11 @@ inline Status write_cpu_golden(const std::string& model_dir, const std::string& 
   i32t("dspark_draft_ids", {B, T - P, blk + 1}, dids);
   f32t("dspark_logits", {B, T - P, blk, V}, dl);
   f32t("dspark_confidence", {B, T - P, blk}, dc);
+  for (int k = 0; k <= s.n_dspark() && T > P; ++k) {
+    const std::string n = std::to_string(k);
+    ts.push_back(tensor("dspark_h." + n, st::DType::BF16, {B, T - P, blk, hc, d}, bf16_bytes(rec.f["dspark_h." + n])));
+    f32t("dspark_pre." + n, {B, T - P, blk, hc}, rec.f["dspark_pre." + n]);
+  }
   return st::write(out_path, ts);
 }
 

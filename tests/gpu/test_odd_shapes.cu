@@ -31,6 +31,7 @@ TEST_CASE("CUDA model passes the golden check at odd shapes", "[gpu][model][odd_
     CHECK(rep->pass);
     CHECK(!rep->has_nan);
     CHECK(rep->engram_mismatches == 0);
+    CHECK(rep->stages.size() == size_t(2 * (*m)->shape().n_dspark()));  // each DSpark stage on its golden input
     fs::remove_all(dir);
   }
 }

@@ -42,6 +42,11 @@ TEST_CASE("odd-shape models: CPU golden written and met by the CPU model", "[mod
     CHECK(rep->pass);
     CHECK(!rep->has_nan);
     CHECK(rep->engram_mismatches == 0);
+    // Every DSpark stage judged on its own golden input; the CPU meets its own golden exactly.
+    REQUIRE(rep->stages.size() == size_t(2 * s.n_dspark()));
+    for (const auto& st : rep->stages) CHECK(st.max == 0.0);
+    CHECK(rep->dspark.max == 0.0);
+    CHECK(rep->dspark_free.max == 0.0);
     fs::remove_all(dir);
   }
 }

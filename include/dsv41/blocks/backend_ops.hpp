@@ -11,7 +11,8 @@
 //   mHC      block_work(rows), mhc_pre(l, s, w), mhc_seam(l, s, w), mhc_post(l, s, w), moe(l, tokens, x, out, rows)
 //   CSA2     attention_work(l, b), queries, window_entries, compress, index_select, sparse_attention,
 //            output_projection
-//   DSpark   check_state(st), draft_block(st, y), draft_attention(st, l, x, p, out), draft_head(d, out)
+//   DSpark   check_state(st), draft_block(st, y), observe_stage(hooks, k, s), draft_attention(st, l, x, p, out),
+//            draft_head(d, out)
 #pragma once
 #include <cstdint>
 

@@ -20,6 +20,9 @@ struct ForwardHooks {
   void (*engram_ids)(void* ctx, int64_t start, int rows, int n, const int64_t* ids) = nullptr;
   // DSpark taps [rows, n_targets·d] before they seed the draft stages; may overwrite them.
   void (*taps)(void* ctx, int64_t start, int rows, int width, float* taps) = nullptr;
+  // Before DSpark stage k of a draft (k = n_dspark: before the head), the block's streams H [rows, hc, d] and
+  // pre [rows, hc]; may overwrite them.
+  void (*draft_stage)(void* ctx, int stage, int rows, float* H, float* pre) = nullptr;
 };
 
 }  // namespace dsv41

@@ -1,5 +1,6 @@
 // The golden check of the golden fixtures (tests/data/golden/README.md): every layer unit on its golden inputs with the golden
-// top-k lists, the index sources' own top-k, the head, DSpark from golden taps, Engram ids, and a free run.
+// top-k lists, the index sources' own top-k, the head, DSpark from golden taps (and, where the golden carries each
+// stage's input dspark_h.{k} / dspark_pre.{k}, every DSpark stage on its golden input), Engram ids, and a free run.
 // Host-only. The model runs its ordinary code path; hooks only substitute inputs and record outputs.
 #pragma once
 #include <algorithm>
@@ -24,7 +25,9 @@ struct Stat {
 struct Report {
   std::vector<Stat> units;       // out.{l} and preout.{l}
   std::vector<Stat> topk;        // own top-k per index source: frac_above = share of rows failing
+  std::vector<Stat> stages;      // dspark_out.{k}, dspark_preout.{k}: DSpark stages on golden inputs (when given)
   Stat head, dspark, dspark_conf, free_run;
+  Stat dspark_free;              // drafts without stage inputs substituted (when stage inputs are given; reported)
   int64_t engram_mismatches = 0, engram_total = 0;
   bool has_nan = false;
   double mean_unit_frac = 0;
@@ -59,6 +62,12 @@ inline Stat rel_stat(const std::string& name, const std::vector<float>& x, const
                      bool* nan) {
   Stat s;
   s.name = name;
+  if (x.size() != g.size() || g.empty()) {  // nothing recorded, or another layout: fails every contract
+    s.rows = int64_t(w ? g.size() / w : 0);
+    s.median = s.max = INFINITY;
+    s.frac_above = 1;
+    return s;
+  }
   std::vector<double> rel;
   for (size_t r = 0; r * w < g.size(); ++r) {
     double num = 0, den = 0;
@@ -90,6 +99,9 @@ struct Recorder {
   std::map<std::string, std::vector<int32_t>> lists;   // prefill_topk.{l}, decode_topk.{l}
   std::vector<int64_t> engram;                         // [B, T, n]
   int engram_n = 0;
+  bool stages = false;                                 // the golden has DSpark stage inputs dspark_h.{k}
+  bool substitute_stages = true;
+  int step = 0, nd = 0;                                // the draft being run (decode step), drafts per sequence
 };
 
 inline size_t row_base(const Recorder& r, int64_t pos) { return size_t(r.b) * r.T + size_t(pos); }
@@ -152,6 +164,26 @@ inline void on_taps(void* c, int64_t start, int rows, int width, float* taps) {
   std::copy_n(g.begin() + row_base(r, start) * width, size_t(rows) * width, taps);
 }
 
+// Before DSpark stage k: records stage k − 1's output, then feeds stage k its golden input.
+inline void on_stage(void* c, int k, int rows, float* H, float* pre) {
+  auto& r = *static_cast<Recorder*>(c);
+  if (!r.stages || !r.substitute_stages) return;
+  const size_t hw = size_t(r.s->hc_mult) * r.s->hidden_size, pw = size_t(r.s->hc_mult);
+  const size_t row0 = (size_t(r.b) * r.nd + size_t(r.step)) * size_t(rows);
+  if (k > 0) {
+    auto& o = r.out["dspark_out." + std::to_string(k - 1)];
+    auto& p = r.out["dspark_preout." + std::to_string(k - 1)];
+    o.resize(size_t(r.B) * r.nd * rows * hw);
+    p.resize(size_t(r.B) * r.nd * rows * pw);
+    std::copy_n(H, rows * hw, o.begin() + row0 * hw);
+    std::copy_n(pre, rows * pw, p.begin() + row0 * pw);
+  }
+  const auto& gh = r.gf->at("dspark_h." + std::to_string(k));
+  const auto& gp = r.gf->at("dspark_pre." + std::to_string(k));
+  std::copy_n(gh.begin() + row0 * hw, rows * hw, H);
+  std::copy_n(gp.begin() + row0 * pw, rows * pw, pre);
+}
+
 }  // namespace detail
 
 inline std::string Report::summary() const {
@@ -172,10 +204,14 @@ inline std::string Report::summary() const {
                   100 * s.frac_above, s.pass ? "ok" : "FAIL");
     o += buf;
   }
+  if (stages.empty()) o += "DSpark stages: no stage inputs in this golden (drafts judged as composed)\n";
+  else o += "DSpark stages (outputs on golden inputs; the drafts' head on the golden last stage):\n";
+  for (const auto& s : stages) line(s);
   o += "head, DSpark, free run:\n";
   line(head);
   line(dspark);
   line(dspark_conf);
+  if (!stages.empty()) line(dspark_free);
   line(free_run);
   std::snprintf(buf, sizeof buf, "engram ids: %lld of %lld differ\nNaN: %s\nresult: %s\n", (long long)engram_mismatches,
                 (long long)engram_total, has_nan ? "yes" : "no", pass ? "PASS" : "FAIL");
@@ -239,10 +275,18 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
   hooks.topk = detail::on_topk;
   hooks.engram_ids = detail::on_engram;
   hooks.taps = detail::on_taps;
+  hooks.draft_stage = detail::on_stage;
 
   const int blk = s.dspark_block_size, nd = s.n_dspark() > 0 ? T - P : 0;
   std::vector<float> dl(size_t(B) * nd * blk * V), dc(size_t(B) * nd * blk);
   std::vector<float> free_logits(size_t(B) * T * V);
+  rec.nd = nd;
+  rec.stages = nd > 0;
+  for (int k = 0; k <= s.n_dspark() && rec.stages; ++k)
+    rec.stages = gf.count("dspark_h." + std::to_string(k)) && gf.count("dspark_pre." + std::to_string(k)) &&
+                 gf["dspark_h." + std::to_string(k)].size() == size_t(B) * nd * blk * hc * d &&
+                 gf["dspark_pre." + std::to_string(k)].size() == size_t(B) * nd * blk * hc;
+  std::vector<float> dl_free(rec.stages ? dl.size() : 0);
   for (int b = 0; b < B; ++b) {
     rec.b = b;
     const int32_t* seq = ids.data() + size_t(b) * T;
@@ -257,9 +301,16 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
       if (nd > 0) {
         const int32_t y = gi.at("dspark_draft_ids")[(size_t(b) * nd + (t - P)) * (blk + 1)];
         DraftResult dr;
-        DSV41_TRY(model.draft(st, y, dr));
+        rec.step = t - P;
+        DSV41_TRY(model.draft(st, y, dr, &hooks));
         std::copy(dr.logits.begin(), dr.logits.end(), dl.begin() + (size_t(b) * nd + (t - P)) * blk * V);
         std::copy(dr.confidence.begin(), dr.confidence.end(), dc.begin() + (size_t(b) * nd + (t - P)) * blk);
+        if (rec.stages) {  // the same draft composed, for the report
+          rec.substitute_stages = false;
+          DSV41_TRY(model.draft(st, y, dr));
+          rec.substitute_stages = true;
+          std::copy(dr.logits.begin(), dr.logits.end(), dl_free.begin() + (size_t(b) * nd + (t - P)) * blk * V);
+        }
       }
     }
     // 6: free run, no substitution.
@@ -335,6 +386,16 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
     st.pass = st.frac_above <= 0.05;
     rep.topk.push_back(st);
   }
+  for (int k = 0; rec.stages && k < s.n_dspark(); ++k) {
+    for (const char* kind : {"dspark_out.", "dspark_preout."}) {
+      const bool is_out = kind[7] == 'o';
+      const std::string n = kind + std::to_string(k);
+      const auto& g = gf[(is_out ? "dspark_h." : "dspark_pre.") + std::to_string(k + 1)];
+      Stat st = detail::rel_stat(n, rec.out[n], g, is_out ? size_t(hc) * d : size_t(hc), &nan);
+      st.pass = st.median <= 1e-3 && st.frac_above <= 0.05;
+      rep.stages.push_back(st);
+    }
+  }
   rep.head = detail::rel_stat("head_logits", head_logits, gf["logits"], size_t(V), &nan);
   rep.head.pass = rep.head.max <= 1e-3;
   if (nd > 0) {
@@ -342,6 +403,12 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
     rep.dspark.pass = rep.dspark.median <= 1e-3 && rep.dspark.frac_above <= 0.15;
     rep.dspark_conf = detail::rel_stat("dspark_confidence", dc, gf["dspark_confidence"], 1, &nan);
     rep.dspark_conf.pass = true;  // reported, not judged by the contract
+    if (rec.stages) {
+      bool free_nan = false;
+      rep.dspark_free = detail::rel_stat("dspark_composed", dl_free, gf["dspark_logits"], size_t(V), &free_nan);
+      rep.dspark_free.pass = true;  // reported, not judged: stages compose chaotically on random weights
+      nan = nan || free_nan;
+    }
   }
   rep.free_run = detail::rel_stat("free_run_logits", free_logits, gf["logits"], size_t(V), &nan);
   rep.free_run.pass = true;  // reported, not judged
@@ -354,6 +421,7 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
   rep.pass = !nan && rep.engram_mismatches == 0 && rep.head.pass && rep.dspark.pass && rep.mean_unit_frac <= 0.02;
   for (const auto& u : rep.units) rep.pass = rep.pass && u.pass;
   for (const auto& t : rep.topk) rep.pass = rep.pass && t.pass;
+  for (const auto& t : rep.stages) rep.pass = rep.pass && t.pass;
 
   if (dump) {
     using st::DType;

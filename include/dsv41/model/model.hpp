@@ -182,7 +182,10 @@ class Model {
 
   // DSpark draft after the main model predicted y for the state's next position (host outputs; the GPU also
   // takes device buffers).
-  Status draft(const State& st, int32_t y, DraftResult& out) const { return blocks::dspark_draft(*ops_, st, y, out); }
+  // hooks: ForwardHooks::draft_stage only (a debug path: the golden check).
+  Status draft(const State& st, int32_t y, DraftResult& out, const ForwardHooks* hooks = nullptr) const {
+    return blocks::dspark_draft(*ops_, st, y, out, hooks);
+  }
   template <class DeviceOut>
   Status draft(const State& st, int32_t y, const DeviceOut& out) const
     requires(!on_host && !std::is_same_v<DeviceOut, DraftResult>)

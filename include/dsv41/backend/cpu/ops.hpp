@@ -308,6 +308,12 @@ class Ops {
     return Result<DraftWork>(std::move(d));
   }
 
+  // ForwardHooks::draft_stage before stage k (k = n_dspark: before the head).
+  Status observe_stage(const ForwardHooks* hooks, int k, const Streams& s) const {
+    if (hooks && hooks->draft_stage) hooks->draft_stage(hooks->ctx, k, s.rows, s.H, s.pre);
+    return Status::Ok();
+  }
+
   // DSpark stage attention: block rows at positions p+1.. attend to the ring (positions ≤ p) and every block row.
   Status draft_attention(const SequenceState& st, int l, const float* x, int64_t p, float* out) const {
     const int B = s_.dspark_block_size, H = s_.num_attention_heads, D = s_.head_dim, W = s_.sliding_window;

@@ -12,7 +12,9 @@ class HookCopies : public DeviceModel {
  protected:
   using DeviceModel::DeviceModel;
 
-  Status hook_unit(const ForwardHooks* hooks, bool input, int l, int64_t p0, int S, bf16_t* H, float* pre) const {
+  // f(H, pre) on host copies of S rows of streams (FP32 from BF16); back: the copies go back to the device after.
+  template <class F>
+  Status with_host_streams(int S, bf16_t* H, float* pre, bool back, F&& f) const {
     const int hc = s_.hc_mult, d = s_.hidden_size;
     std::vector<uint16_t> hb(size_t(S) * hc * d);
     std::vector<float> hf(hb.size()), pf(size_t(S) * hc);
@@ -20,16 +22,19 @@ class HookCopies : public DeviceModel {
     DSV41_CUDA_TRY(cudaMemcpyAsync(pf.data(), pre, pf.size() * 4, cudaMemcpyDeviceToHost, stream_), "hook copy");
     DSV41_CUDA_TRY(cudaStreamSynchronize(stream_), "hook copy");
     for (size_t i = 0; i < hb.size(); ++i) hf[i] = num::bf16_to_f32(hb[i]);
-    if (!input) {
-      hooks->unit_output(hooks->ctx, l, p0, S, hf.data(), pf.data());
-      return Status::Ok();
-    }
-    hooks->unit_input(hooks->ctx, l, p0, S, hf.data(), pf.data());
+    f(hf.data(), pf.data());
+    if (!back) return Status::Ok();
     for (size_t i = 0; i < hb.size(); ++i) hb[i] = num::bf16_bits(hf[i]);
     DSV41_CUDA_TRY(cudaMemcpyAsync(H, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice, stream_), "hook copy");
     DSV41_CUDA_TRY(cudaMemcpyAsync(pre, pf.data(), pf.size() * 4, cudaMemcpyHostToDevice, stream_), "hook copy");
-    DSV41_CUDA_TRY(cudaStreamSynchronize(stream_), "hook copy");
-    return Status::Ok();
+    return cuda_status(cudaStreamSynchronize(stream_), "hook copy");
+  }
+
+  Status hook_unit(const ForwardHooks* hooks, bool input, int l, int64_t p0, int S, bf16_t* H, float* pre) const {
+    return with_host_streams(S, H, pre, input, [&](float* hf, float* pf) {
+      if (input) hooks->unit_input(hooks->ctx, l, p0, S, hf, pf);
+      else hooks->unit_output(hooks->ctx, l, p0, S, hf, pf);
+    });
   }
   Status hook_taps(const ForwardHooks* hooks, int64_t p0, int S, bf16_t* taps) const {
     const size_t n = size_t(S) * n_taps() * s_.hidden_size;

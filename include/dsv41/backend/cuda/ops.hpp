@@ -275,6 +275,11 @@ class Ops : public DsparkOps {
   // ---- DSpark ----
 
   Result<DraftWork> draft_block(const DeviceSequence&, int32_t y) const { return make_draft_block(y); }
+  Status observe_stage(const ForwardHooks* hooks, int k, const Streams& s) const {
+    if (!hooks || !hooks->draft_stage) return Status::Ok();
+    return with_host_streams(s.rows, s.H, s.pre, true,
+                             [&](float* H, float* pre) { hooks->draft_stage(hooks->ctx, k, s.rows, H, pre); });
+  }
   Status draft_attention(const DeviceSequence& st, int l, const bf16_t* x, int64_t p, bf16_t* out) const {
     return DsparkOps::draft_attention(st, l, x, p, out);
   }
