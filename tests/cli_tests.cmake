@@ -6,6 +6,12 @@ function(dsv41_cli_test name expect_rc regex)
   cmake_parse_arguments(T "" "INPUT;EXPECTED" "ARGS" ${ARGN})
   add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:dsv41_cli>;${T_ARGS}"
            -DEXPECT_RC=${expect_rc} "-DREGEX=${regex}" -DINPUT=${T_INPUT} -DEXPECTED_FILE=${T_EXPECTED} -P ${RUN_EXPECT})
+  dsv41_cli_test_env(${name})
+endfunction()
+# chat and serve keep sessions by default in $XDG_CACHE_HOME/dsv41/sessions: in the build tree, never in $HOME.
+set(CLI_XDG_CACHE ${CMAKE_CURRENT_BINARY_DIR}/cli-xdg-cache)
+function(dsv41_cli_test_env name)
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT "XDG_CACHE_HOME=${CLI_XDG_CACHE}")
 endfunction()
 
 set(TINY ${DSV41_FIXTURES}/tiny-ced)
@@ -40,12 +46,15 @@ if(Python3_FOUND)
   add_test(NAME server_e2e_openai_client_and_curl_tiny_ced
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_server.py $<TARGET_FILE:dsv41_cli> ${TINY} ${TINY_TOK})
   set_tests_properties(server_e2e_openai_client_and_curl_tiny_ced PROPERTIES TIMEOUT 600)
+  dsv41_cli_test_env(server_e2e_openai_client_and_curl_tiny_ced)
   if(EXISTS ${BUNDLED}/config.json)
     add_test(NAME server_e2e_openai_client_and_curl_bundled_model
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_server.py $<TARGET_FILE:dsv41_cli> ${BUNDLED}
                      ${BUNDLED}/tokenizer.json)
     set_tests_properties(server_e2e_openai_client_and_curl_bundled_model PROPERTIES TIMEOUT 600)
-    # Sessions across requests and across a restart (serve --cache-dir; needs the session headers' xxhash.h).
+    dsv41_cli_test_env(server_e2e_openai_client_and_curl_bundled_model)
+    # Sessions across requests and across a restart (serve --cache-dir), session ids, the default directory
+    # (XDG_CACHE_HOME, set by the script) and --no-cache; needs the session headers' xxhash.h.
     include(CheckIncludeFileCXX)
     check_include_file_cxx(xxhash.h DSV41_CLI_HAVE_XXHASH_H)
     if(DSV41_CLI_HAVE_XXHASH_H)
@@ -53,6 +62,7 @@ if(Python3_FOUND)
                COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_server_sessions.py
                        $<TARGET_FILE:dsv41_cli> ${BUNDLED} ${CMAKE_CURRENT_BINARY_DIR}/session_cache_e2e)
       set_tests_properties(server_e2e_sessions_bundled_model PROPERTIES TIMEOUT 600)
+      dsv41_cli_test_env(server_e2e_sessions_bundled_model)
       # Chat turns resume from the earlier turns (turn 2 reuses the 3 whole blocks of turn 1's 392 tokens).
       dsv41_cli_test(bundled_model_chat_sessions 0 "prompt tokens, [0-9]+ cached.*prompt tokens, 384 cached"
                      INPUT ${CLI_DATA}/chat_sessions_input.txt
@@ -71,5 +81,6 @@ if(Python3_FOUND AND EXISTS ${PROJECT_SOURCE_DIR}/models/dsv41-tiny-py/config.js
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/check_perplexity.py $<TARGET_FILE:dsv41_cli>
                    ${PROJECT_SOURCE_DIR}/models/dsv41-tiny-py ${PROJECT_SOURCE_DIR}/models/dsv41-tiny-py/heldout_sample.txt 23.8202)
   set_tests_properties(bundled_model_perplexity_matches_pytorch PROPERTIES TIMEOUT 900)
+  dsv41_cli_test_env(bundled_model_perplexity_matches_pytorch)
   dsv41_cli_test(bundled_model_inspect 0 "3 shard\\(s\\), 1271 tensors checked" ARGS inspect ${PROJECT_SOURCE_DIR}/models/dsv41-tiny-py)
 endif()

@@ -87,8 +87,7 @@ struct ChatOpts {
   LoadArgs load;
   SamplingArgs sampling;
   std::string mode = "chat", system, effort = "high";
-  std::string cache_dir;  // session store: each turn resumes from the turns before (and from earlier runs)
-  int session_block = 128;
+  SessionArgs sessions;  // each turn resumes from the turns before (and from earlier runs)
 };
 
 int run_chat(void* p) {
@@ -99,12 +98,12 @@ int run_chat(void* p) {
     fmt::print(stderr, "error: {}\n", l.status().to_string());
     return 1;
   }
-  if (!o.cache_dir.empty()) {
-    if (Status e = (*l)->enable_sessions(o.load.model_dir, o.cache_dir, o.session_block); !e.ok()) {
-      fmt::print(stderr, "error: {}\n", e.to_string());
-      return 1;
-    }
+  auto sessions = start_sessions(**l, o.load, o.sessions, "dsv41 chat");
+  if (!sessions.ok()) {
+    fmt::print(stderr, "error: {}\n", sessions.status().to_string());
+    return 1;
   }
+  if (!sessions->empty()) fmt::print(stderr, "dsv41 chat: sessions stored in {}\n", *sessions);
   const auto& tm = **l;
   nlohmann::ordered_json req = {{"messages", nlohmann::ordered_json::array()}, {"thinking_mode", o.mode}};
   if (o.mode == "thinking") req["reasoning_effort"] = o.effort;
@@ -125,7 +124,7 @@ int run_chat(void* p) {
     opt.on_text = print_piece;
     auto r = tm.complete(*prompt, opt);
     std::printf("\n");
-    if (r.ok() && !o.cache_dir.empty())
+    if (r.ok() && !sessions->empty())
       fmt::print(stderr, "[{} prompt tokens, {} cached]\n", r->prompt_tokens, r->cached_tokens);
     if (!r.ok()) {
       fmt::print(stderr, "error: {}\n", r.status().to_string());
@@ -163,8 +162,7 @@ Command add_chat(CLI::App& app) {
   sub->add_option("--mode", o->mode, "chat or thinking")->check(CLI::IsMember({"chat", "thinking"}));
   sub->add_option("--reasoning-effort", o->effort, "low, high, max or 1-100");
   sub->add_option("--system", o->system, "system prompt");
-  sub->add_option("--cache-dir", o->cache_dir, "keep the session: global KV on disk here, windows in memory (CPU)");
-  sub->add_option("--session-block", o->session_block, "tokens per stored block")->check(CLI::Range(1, 1 << 20));
+  add_session_options(sub, o->sessions);
   o->sampling.add(sub);
   return {sub, run_chat, o};
 }

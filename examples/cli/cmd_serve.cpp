@@ -1,12 +1,21 @@
 // dsv41 serve: an OpenAI-compatible HTTP server (cpp-httplib). /v1/chat/completions (SSE streaming or
 // not, reasoning_content, tool calls), /v1/completions, /v1/models, /health (503 while loading).
 // One model, requests served one at a time; bad requests get 4xx JSON errors and never stop the server.
+// Sessions (on by default, CPU): prompts resume from stored blocks; a chat request may name its session with the
+// extension field "session_id" (echoed in the response).
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
+#include <list>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include <fmt/core.h>
 #include <httplib.h>
@@ -26,8 +35,7 @@ struct ServeOpts {
   int port = 8080;
   int max_tokens_cap = 4096;
   int load_delay_ms = 0;  // tests: keep /health at 503 this long
-  std::string cache_dir;  // session store (disk tier); empty: none
-  int session_block = 128;
+  SessionArgs sessions;
 };
 
 struct BadRequest {
@@ -87,6 +95,66 @@ text::TextOptions sampling_of(const ojson& j, int default_max, int cap) {
   o.speculative = j.value("speculative", false);
   return o;
 }
+
+// The chat request's extension field "session_id": absent or null, or 1-256 bytes without control characters.
+std::optional<std::string> session_id_of(const ojson& j) {
+  if (!j.contains("session_id") || j["session_id"].is_null()) return std::nullopt;
+  if (!j["session_id"].is_string()) throw BadRequest{400, "session_id must be a string", "invalid_session_id"};
+  std::string id = j["session_id"].get<std::string>();
+  if (id.empty() || id.size() > 256) throw BadRequest{400, "session_id must be 1 to 256 bytes", "invalid_session_id"};
+  for (unsigned char c : id)
+    if (c < 0x20 || c == 0x7f) throw BadRequest{400, "session_id must not hold control characters", "invalid_session_id"};
+  return id;
+}
+
+// What each session id's last turn held (its prompt and generated tokens: their count and a hash), for the
+// newest `capacity` ids (least recently used dropped). Resuming itself goes by the stored blocks' keys, as for a
+// request without an id; this tells whether a prompt extends its session's last turn. Thread-safe (one mutex).
+class SessionIds {
+ public:
+  struct Known {
+    size_t tokens = 0;
+    size_t hash = 0;
+  };
+  explicit SessionIds(size_t capacity) : cap_(capacity) {}
+
+  static size_t hash_of(std::span<const int32_t> ids) {
+    return std::hash<std::string_view>{}(
+        std::string_view(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(int32_t)));
+  }
+  // The id's last turn (making it the most recently used), if known.
+  std::optional<Known> find(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(id);
+    if (it == map_.end()) return std::nullopt;
+    lru_.splice(lru_.begin(), lru_, it->second.second);
+    return it->second.first;
+  }
+  void set(const std::string& id, Known k) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = map_.find(id); it != map_.end()) {
+      it->second.first = k;
+      lru_.splice(lru_.begin(), lru_, it->second.second);
+      return;
+    }
+    lru_.push_front(id);
+    map_.emplace(id, std::make_pair(k, lru_.begin()));
+    while (map_.size() > cap_) {
+      map_.erase(lru_.back());
+      lru_.pop_back();
+    }
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return map_.size();
+  }
+
+ private:
+  size_t cap_;
+  std::mutex mu_;
+  std::list<std::string> lru_;  // front: most recently used
+  std::unordered_map<std::string, std::pair<Known, std::list<std::string>::iterator>> map_;
+};
 
 bool want_stream(const ojson& j) {
   if (!j.contains("stream") || j["stream"].is_null()) return false;
@@ -150,6 +218,7 @@ struct Server {
   std::unique_ptr<TextEngine> loaded;
   std::mutex gen;  // one generation at a time
   std::atomic<uint64_t> counter{0};
+  SessionIds session_ids{4096};
   httplib::Server http;
 
   std::string next_id(const char* prefix) { return std::string(prefix) + std::to_string(++counter); }
@@ -184,6 +253,7 @@ struct Server {
   void chat(const httplib::Request& req, httplib::Response& res) {
     if (!check_ready(res)) return;
     ojson j = parse_body(req);
+    const std::optional<std::string> session = session_id_of(j);
     if (!j.contains("messages")) throw BadRequest{400, "messages is required", ""};
     ojson render = {{"messages", j["messages"]}};
     if (j.contains("tools") && !j["tools"].is_null()) render["tools"] = j["tools"];
@@ -223,10 +293,24 @@ struct Server {
         if (msg->tool_calls[i].id.empty()) msg->tool_calls[i].id = "call_" + std::to_string(counter.load()) + "_" + std::to_string(i);
       return fr;
     };
+    // With a session id: whether the prompt extends the session's last turn (logged), then that turn recorded.
+    auto note_session = [this, session](const std::string& prompt_text, const text::TextResult& r) {
+      if (!session) return;
+      std::vector<int32_t> ids = loaded->tokenizer().encode(prompt_text, true);
+      const auto last = session_ids.find(*session);
+      const bool extends = last && last->tokens <= ids.size() &&
+                           SessionIds::hash_of(std::span<const int32_t>(ids).first(last->tokens)) == last->hash;
+      ids.insert(ids.end(), r.ids.begin(), r.ids.end());
+      session_ids.set(*session, {ids.size(), SessionIds::hash_of(ids)});
+      fmt::print(stderr, "dsv41 serve: session {}: {}, {} of {} prompt tokens cached\n", *session,
+                 !last ? "new" : extends ? "extends its last turn" : "does not extend its last turn", r.cached_tokens,
+                 r.prompt_tokens);
+    };
     if (!stream) {
       std::lock_guard<std::mutex> lock(gen);
       auto r = loaded->complete(*prompt, o);
       if (!r.ok()) throw from_status(r.status());
+      note_session(*prompt, *r);
       text::ParsedMessage msg;
       const std::string fr = finish_of(*r, &msg);
       ojson m = text::to_openai_json(msg);
@@ -235,6 +319,7 @@ struct Server {
       ojson body = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
                     {"choices", ojson::array({{{"index", 0}, {"message", m}, {"finish_reason", fr}}})},
                     {"usage", usage(*r)}};
+      if (session) body["session_id"] = *session;
       send_json(res, 200, body);
       return;
     }
@@ -242,10 +327,13 @@ struct Server {
                                j["stream_options"].value("include_usage", false);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider("text/event-stream", [this, prompt = *prompt, o, thinking, id, model, created,
-                                                           include_usage, finish_of](size_t, httplib::DataSink& sink) mutable {
+                                                           include_usage, finish_of, session,
+                                                           note_session](size_t, httplib::DataSink& sink) mutable {
       auto chunk = [&](const ojson& delta, const ojson& finish) {
-        return ojson{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
-                     {"choices", ojson::array({{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}})}};
+        ojson c{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
+                {"choices", ojson::array({{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}})}};
+        if (session) c["session_id"] = *session;
+        return c;
       };
       auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
       struct Ctx {
@@ -271,6 +359,7 @@ struct Server {
         return true;
       }
       if (r->finish == text::TextFinish::cancelled) return false;  // the client went away
+      note_session(prompt, *r);
       auto [rr, tt] = ctx.split.push("", true);
       if (!rr.empty()) ctx.emit({{"reasoning_content", rr}}, nullptr);
       if (!tt.empty()) ctx.emit({{"content", tt}}, nullptr);
@@ -285,6 +374,7 @@ struct Server {
       if (include_usage) {
         ojson u = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
                    {"choices", ojson::array()}, {"usage", usage(*r)}};
+        if (session) u["session_id"] = *session;
         write(sse(u));
       }
       write("data: [DONE]\n\n");
@@ -387,14 +477,14 @@ struct Server {
         return;
       }
       loaded = std::move(l).value();
-      if (!opt.cache_dir.empty()) {
-        if (Status e = loaded->enable_sessions(opt.load.model_dir, opt.cache_dir, opt.session_block); !e.ok()) {
-          load_error = e.to_string();
-          fmt::print(stderr, "dsv41 serve: {}\n", load_error);
-          return;
-        }
-        fmt::print(stderr, "dsv41 serve: sessions stored in {} (blocks of {} tokens)\n", opt.cache_dir, opt.session_block);
+      auto dir = start_sessions(*loaded, opt.load, opt.sessions, "dsv41 serve");
+      if (!dir.ok()) {
+        load_error = dir.status().to_string();
+        fmt::print(stderr, "dsv41 serve: {}\n", load_error);
+        return;
       }
+      if (!dir->empty())
+        fmt::print(stderr, "dsv41 serve: sessions stored in {} (blocks of {} tokens)\n", *dir, opt.sessions.block);
       ready = true;
       fmt::print(stderr, "dsv41 serve: model ready\n");
     });
@@ -430,10 +520,7 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--model-name", o->name, "name reported by /v1/models (default: the directory name)");
   sub->add_option("--max-tokens-cap", o->max_tokens_cap, "largest max_tokens a request may ask for");
   sub->add_option("--debug-load-delay-ms", o->load_delay_ms, "wait before loading (tests the 503 answer)");
-  sub->add_option("--cache-dir", o->cache_dir,
-                  "keep sessions between requests: global KV on disk here, windows in memory (CPU)");
-  sub->add_option("--session-block", o->session_block, "tokens per stored block (a multiple of the compression ratios)")
-      ->check(CLI::Range(1, 1 << 20));
+  add_session_options(sub, o->sessions);
   return {sub, run_serve, o};
 }
 

@@ -2,6 +2,8 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include "session_args.hpp"
+
 namespace dsv41::cli {
 
 struct Command {
@@ -9,6 +11,16 @@ struct Command {
   int (*run)(void* opts) = nullptr;
   void* opts = nullptr;
 };
+
+// --cache-dir, --no-cache, --session-block (chat and serve).
+inline void add_session_options(CLI::App* sub, SessionArgs& s) {
+  auto* dir = sub->add_option("--cache-dir", s.cache_dir,
+                              "keep sessions here: global KV on disk, windows in memory (CPU only; default "
+                              "$XDG_CACHE_HOME/dsv41/sessions, else ~/.cache/dsv41/sessions)");
+  sub->add_flag("--no-cache", s.no_cache, "keep no sessions")->excludes(dir);
+  sub->add_option("--session-block", s.block, "tokens per stored block (a multiple of the compression ratios)")
+      ->check(CLI::Range(1, 1 << 20));
+}
 
 Command add_inspect(CLI::App& app);
 Command add_golden(CLI::App& app);

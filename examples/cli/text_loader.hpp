@@ -10,6 +10,9 @@
 
 #include <dsv41/model/model.hpp>
 #include <dsv41/runtime/text_model.hpp>
+#include <dsv41/session/cache_dir.hpp>
+
+#include "session_args.hpp"
 #if __has_include(<xxhash.h>)
 #define DSV41_CLI_SESSIONS 1
 #include <dsv41/session/disk_store.hpp>
@@ -121,6 +124,32 @@ class TextEngineOf : public TextEngine {
   std::unique_ptr<Sessions> sessions_;
 #endif
 };
+
+// Turns sessions on for e as s asks; returns the directory used, "" when off. An explicit --cache-dir that cannot
+// be used is an error; the default directory that cannot be (--device cuda, no xxhash.h, no HOME, not creatable)
+// leaves sessions off with a one-line note on stderr.
+inline Result<std::string> start_sessions(TextEngine& e, const LoadArgs& a, const SessionArgs& s, const char* who) {
+  if (s.no_cache) return Result<std::string>(std::string());
+  if (!s.cache_dir.empty()) {
+    if (a.device == "cuda")
+      return error(Code::unsupported, "--cache-dir: session stores hold CPU states for now (use --device cpu)");
+    DSV41_TRY(e.enable_sessions(a.model_dir, s.cache_dir, s.block));
+    return Result<std::string>(s.cache_dir);
+  }
+  auto off = [who](const std::string& why) {
+    std::fprintf(stderr, "%s: note: running without sessions (%s)\n", who, why.c_str());
+    return Result<std::string>(std::string());
+  };
+  if (a.device == "cuda") return off("they are CPU-only for now; --no-cache silences this");
+#if !DSV41_CLI_SESSIONS
+  return off("built without xxhash.h");
+#else
+  auto dir = session::default_cache_dir();
+  if (!dir.ok()) return off(dir.status().message());
+  if (Status st = e.enable_sessions(a.model_dir, *dir, s.block); !st.ok()) return off(st.to_string());
+  return dir;
+#endif
+}
 
 inline bool print_progress(void*, float f, const char* stage) {
   const int w = 30, n = int(f * w + 0.5f);

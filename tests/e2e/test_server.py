@@ -5,8 +5,11 @@ Starts the server on a free loopback port, checks every endpoint, then stops it.
 request has a timeout and the whole run stops itself.
 """
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -35,9 +38,13 @@ def curl(*args):
 
 port = free_port()
 base = f"http://127.0.0.1:{port}"
+# Sessions are on by default (in $XDG_CACHE_HOME/dsv41/sessions): a fresh directory, so that no earlier run's
+# blocks change what this one computes.
+xdg = tempfile.mkdtemp(prefix="dsv41_xdg_")
 server = subprocess.Popen([BIN, "serve", "--model", MODEL, "--tokenizer", TOKENIZER, "--port", str(port),
                            "--model-name", "tiny", "--debug-load-delay-ms", "1500"],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=dict(os.environ, XDG_CACHE_HOME=xdg))
 try:
     # /health answers 503 while the model loads, then 200.
     deadline, saw_503 = time.time() + 30, False
@@ -158,5 +165,6 @@ finally:
         server.wait(timeout=10)
     except subprocess.TimeoutExpired:
         server.kill()
+    shutil.rmtree(xdg, ignore_errors=True)
 
 exit_with_summary()

@@ -1,11 +1,13 @@
 """End-to-end test of `dsv41 serve --cache-dir`: a second turn that repeats the first reuses its stored blocks
 (usage.prompt_tokens_details.cached_tokens), and so does the same turn after the server restarted (the disk tier;
-the windows, held in memory, come back by window replay).
+the windows, held in memory, come back by window replay). Requests naming a "session_id" get it echoed; a bad one
+is a 400. Without --cache-dir the server keeps sessions in $XDG_CACHE_HOME/dsv41/sessions; --no-cache keeps none.
 
 Usage: test_server_sessions.py DSV41_BINARY MODEL_DIR CACHE_DIR
 Starts the server on a free loopback port, twice; every request has a timeout and the run stops itself.
 """
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,17 +23,24 @@ BIN, MODEL, CACHE = sys.argv[1:4]
 
 
 
+XDG = CACHE + "-xdg"  # XDG_CACHE_HOME of every server started here
+
+
 def post(base, body):
     req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return r.status, json.loads(r.read())
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
 
 
-def start():
+def start(*session_args):
     port = free_port()
-    p = subprocess.Popen([BIN, "serve", "--model", MODEL, "--port", str(port), "--cache-dir", CACHE],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen([BIN, "serve", "--model", MODEL, "--port", str(port), *(session_args or ("--cache-dir", CACHE))],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env=dict(os.environ, XDG_CACHE_HOME=XDG))
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -72,6 +81,22 @@ try:
     c2 = r2["usage"]["prompt_tokens_details"]["cached_tokens"]
     check(c2 >= 128 and c2 % 128 == 0 and c2 < r2["usage"]["prompt_tokens"],
           f"turn 2 reuses whole blocks of turn 1: {c2} of {r2['usage']['prompt_tokens']}")
+    check("session_id" not in r2, "no session_id asked, none echoed")
+    # The same two turns under a session id: the id is echoed, turn 2 reuses turn 1's blocks.
+    sid = "agent-7/task \u00e9"
+    code, s1 = post(base, {"messages": turn1, "max_tokens": 8, "temperature": 0, "session_id": sid})
+    check(code == 200 and s1.get("session_id") == sid, f"turn 1 with a session id echoes it: {s1.get('session_id')!r}")
+    code, s2 = post(base, {"messages": turn2, "max_tokens": 8, "temperature": 0, "session_id": sid})
+    cs2 = s2["usage"]["prompt_tokens_details"]["cached_tokens"] if code == 200 else -1
+    check(code == 200 and s2.get("session_id") == sid, "turn 2 with the session id echoes it")
+    check(cs2 >= 128 and cs2 % 128 == 0, f"turn 2 with the session id reports cached tokens: {cs2}")
+    for bad, why in [(7, "not a string"), ("x" * 257, "over 256 bytes"), ("a\nb", "a control character"),
+                     ("", "empty")]:
+        code, e = post(base, {"messages": turn1, "max_tokens": 1, "session_id": bad})
+        check(code == 400 and "session_id" in e.get("error", {}).get("message", ""),
+              f"a session_id {why} is a 400 naming session_id: {code} {e}")
+    code, _ = post(base, {"messages": turn1, "max_tokens": 1, "session_id": "x" * 256})
+    check(code == 200, "a session_id of 256 bytes is fine")
 finally:
     stop(p)
 p, base = start()  # a new process: the windows are gone, the disk tier is not
@@ -84,5 +109,26 @@ try:
           f"tokens, {c2} cached; after a restart: {c3} cached", flush=True)
 finally:
     stop(p)
+# No --cache-dir: the default directory under XDG_CACHE_HOME, created by the server.
+shutil.rmtree(XDG, ignore_errors=True)
+default_dir = os.path.join(XDG, "dsv41", "sessions")
+p, base = start("--session-block", "128")
+try:
+    code, d1 = post(base, {"messages": turn1, "max_tokens": 8, "temperature": 0})
+    check(code == 200 and d1["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, "default dir: turn 1 cold")
+    stored = [f for f in os.listdir(default_dir) if f.endswith(".dsv41kv")] if os.path.isdir(default_dir) else []
+    check(len(stored) >= 3, f"default dir: {default_dir} created and holds turn 1's blocks ({len(stored)} files)")
+    code, d2 = post(base, {"messages": turn2, "max_tokens": 8, "temperature": 0})
+    check(code == 200 and d2["usage"]["prompt_tokens_details"]["cached_tokens"] == c2,
+          "default dir: turn 2 reuses the same blocks")
+finally:
+    stop(p)
+p, base = start("--no-cache")  # the default directory still holds the blocks; --no-cache does not look
+try:
+    code, n2 = post(base, {"messages": turn2, "max_tokens": 8, "temperature": 0})
+    check(code == 200 and n2["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, "--no-cache: nothing cached")
+finally:
+    stop(p)
 shutil.rmtree(CACHE, ignore_errors=True)
+shutil.rmtree(XDG, ignore_errors=True)
 exit_with_summary()

@@ -100,6 +100,14 @@ std::optional<std::vector<uint8_t>> get_ok(DiskStore& s, const Key& k, const Mod
   return std::move(r).value();
 }
 
+// contains() must answer (an error fails the test); its answer.
+bool has(const DiskStore& s, const Key& k, const ModelIdentity& id = kId) {
+  auto r = s.contains(k, id);
+  INFO(r.status().to_string());
+  REQUIRE(r.ok());
+  return *r;
+}
+
 // Waits for a child at most timeout_s seconds (SIGKILL after that); returns its wait status, or -1 on timeout.
 int wait_child(pid_t pid, double timeout_s = 30) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -137,8 +145,6 @@ TEST_CASE("disk store: round trip, overwrite, stats", "[disk_store]") {
   CHECK(get_ok(s, key_of(1)) == a);
   CHECK(get_ok(s, key_of(2)) == b);
   CHECK(get_ok(s, key_of(3)) == c);
-  CHECK(s.contains(key_of(1), kId));
-  CHECK_FALSE(s.contains(key_of(4), kId));
   CHECK_FALSE(get_ok(s, key_of(4)).has_value());
   CHECK(fs::file_size(s.path_of(key_of(1))) == kDiskHeaderBytes + a.size());
   auto st = s.stats();
@@ -154,6 +160,30 @@ TEST_CASE("disk store: round trip, overwrite, stats", "[disk_store]") {
   CHECK(st.entries == 3);
   CHECK(st.bytes == 3 * kDiskHeaderBytes + a2.size() + b.size() + c.size());
   CHECK(temp_files_in(td.path) == 0);
+}
+
+TEST_CASE("disk store: contains checks the header only", "[disk_store]") {
+  TempDir td;
+  DiskStore s = open_store(td.path);
+  const ModelIdentity other{0x1111, 0x2223, kCacheFormatVersion};
+  CHECK_FALSE(has(s, key_of(1), kId));
+  const auto a = payload_of(1, 3000);
+  REQUIRE(s.put(key_of(1), kId, a).ok());
+  CHECK(has(s, key_of(1), kId));
+  CHECK_FALSE(has(s, key_of(2), kId));   // another key
+  CHECK_FALSE(has(s, key_of(1), other));  // another model identity
+  const auto before = s.stats();
+  CHECK(has(s, key_of(1), kId));
+  CHECK(s.stats().hits == before.hits);  // not a get
+  // A damaged payload is still "present" (the payload is not read); get finds it a miss and removes the file.
+  flip_bit(s.path_of(key_of(1)), kDiskHeaderBytes + 100, 3);
+  CHECK(has(s, key_of(1), kId));
+  CHECK_FALSE(get_ok(s, key_of(1)).has_value());
+  CHECK_FALSE(has(s, key_of(1), kId));
+  // A damaged header is absent.
+  REQUIRE(s.put(key_of(3), kId, a).ok());
+  flip_bit(s.path_of(key_of(3)), 20, 0);
+  CHECK_FALSE(has(s, key_of(3), kId));
 }
 
 TEST_CASE("disk store: index rebuilt at reopen; garbage and stale temp files handled", "[disk_store]") {
@@ -202,8 +232,8 @@ TEST_CASE("disk store: retention expiry by the injected clock", "[disk_store]") 
   REQUIRE(s.put(key_of(2), kId, b).ok());
   CHECK(s.stats().entries == 2);
   fc.t += 23 * 3600;  // block 1 is 73 h old, block 2 23 h
-  CHECK_FALSE(s.contains(key_of(1), kId));
-  CHECK(s.contains(key_of(2), kId));
+  CHECK_FALSE(has(s, key_of(1)));
+  CHECK(has(s, key_of(2)));
   REQUIRE(s.evict().ok());
   CHECK(s.stats().entries == 1);
   CHECK(s.stats().evicted == 1);
@@ -243,25 +273,25 @@ TEST_CASE("disk store: over capacity, oldest by write time goes first", "[disk_s
   CHECK(st.entries == 3);
   CHECK(st.bytes == 3 * F);
   CHECK(st.evicted == 1);
-  CHECK_FALSE(s.contains(key_of(1), kId));
+  CHECK_FALSE(has(s, key_of(1)));
   CHECK_FALSE(fs::exists(s.path_of(key_of(1))));
   for (int t : {3, 5, 9}) CHECK(get_ok(s, key_of(t)) == payload_of(uint32_t(t), P));
   fc.t = 10;
   REQUIRE(s.put(key_of(10), kId, payload_of(10, 2 * P)).ok());  // needs two blocks' room: 3 and 5 go
-  CHECK_FALSE(s.contains(key_of(3), kId));
-  CHECK_FALSE(s.contains(key_of(5), kId));
-  CHECK(s.contains(key_of(9), kId));
-  CHECK(s.contains(key_of(10), kId));
+  CHECK_FALSE(has(s, key_of(3)));
+  CHECK_FALSE(has(s, key_of(5)));
+  CHECK(has(s, key_of(9)));
+  CHECK(has(s, key_of(10)));
   CHECK(s.stats().bytes == F + kDiskHeaderBytes + 2 * P);
   // A block larger than the whole capacity is refused without touching the others.
   const Status big = s.put(key_of(11), kId, payload_of(11, 4 * F));
   CHECK(big.code() == Code::invalid_argument);
-  CHECK(s.contains(key_of(9), kId));
+  CHECK(has(s, key_of(9)));
   // Reopening with a smaller capacity evicts down to it, oldest first.
   o.capacity_bytes = 2 * F + F / 2;
   DiskStore s2 = open_store(td.path, o);
   CHECK(s2.stats().entries == 1);
-  CHECK(s2.contains(key_of(10), kId));
+  CHECK(has(s2, key_of(10)));
 }
 
 TEST_CASE("disk store: a flipped payload bit is a miss and the file is removed", "[disk_store]") {
@@ -271,7 +301,7 @@ TEST_CASE("disk store: a flipped payload bit is a miss and the file is removed",
   for (uint64_t off : {uint64_t(0), uint64_t(100), uint64_t(4095)}) {
     REQUIRE(s.put(key_of(1), kId, a).ok());
     flip_bit(s.path_of(key_of(1)), kDiskHeaderBytes + off, int(off % 8));
-    CHECK(s.contains(key_of(1), kId));  // contains reads the header only
+    CHECK(has(s, key_of(1)));  // contains reads the header only
     CHECK_FALSE(get_ok(s, key_of(1)).has_value());
     CHECK_FALSE(fs::exists(s.path_of(key_of(1))));
     CHECK(s.stats().entries == 0);
@@ -289,7 +319,7 @@ TEST_CASE("disk store: a flipped header bit is a miss", "[disk_store]") {
     INFO("header byte " << off);
     REQUIRE(s.put(key_of(1), kId, a).ok());
     flip_bit(s.path_of(key_of(1)), off, int(off % 8));
-    CHECK_FALSE(s.contains(key_of(1), kId));
+    CHECK_FALSE(has(s, key_of(1)));
     CHECK_FALSE(get_ok(s, key_of(1)).has_value());
     // A flip in the version field reads as another format (left alone); anywhere else as damage (removed).
     const bool version_field = off >= 8 && off < 12;
@@ -306,7 +336,7 @@ TEST_CASE("disk store: a truncated or extended file is a miss", "[disk_store]") 
     INFO("length " << len);
     REQUIRE(s.put(key_of(1), kId, a).ok());
     fs::resize_file(s.path_of(key_of(1)), len);
-    CHECK_FALSE(s.contains(key_of(1), kId));
+    CHECK_FALSE(has(s, key_of(1)));
     CHECK_FALSE(get_ok(s, key_of(1)).has_value());
     CHECK_FALSE(fs::exists(s.path_of(key_of(1))));
   }
@@ -323,7 +353,7 @@ TEST_CASE("disk store: another model identity or format version is a miss", "[di
   other_config.config_digest ^= 1;
   other_format.format_version += 1;
   for (const auto& id : {other_weights, other_config, other_format}) {
-    CHECK_FALSE(s.contains(key_of(1), id));
+    CHECK_FALSE(has(s, key_of(1), id));
     CHECK_FALSE(get_ok(s, key_of(1), id).has_value());
   }
   CHECK(get_ok(s, key_of(1)) == a);  // the block itself was not touched
@@ -364,7 +394,7 @@ TEST_CASE("disk store: an injected write failure leaves nothing half-written", "
     const Status e = s.put(key_of(2), kId, neu);
     CHECK(e.code() == Code::io_error);
     CHECK(e.message().find(td.path) != std::string::npos);
-    CHECK_FALSE(s.contains(key_of(2), kId));
+    CHECK_FALSE(has(s, key_of(2)));
     CHECK_FALSE(get_ok(s, key_of(2)).has_value());
     fa.calls = 0;
     CHECK_FALSE(s.put(key_of(1), kId, neu).ok());  // a failed overwrite keeps the old block

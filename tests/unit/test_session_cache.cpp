@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include <dsv41/model/model.hpp>
@@ -23,18 +24,28 @@ using namespace dsv41::session;
 namespace {
 
 // In-memory tiers with the interfaces SessionCache expects (the real ones: disk_store.hpp, window_pool.hpp).
+// MapGlobal has no contains() (at_boundary reads blocks back with get); CheckedGlobal adds one.
 struct MapGlobal {
   std::map<std::pair<uint64_t, uint64_t>, std::pair<ModelIdentity, std::vector<uint8_t>>> m;
-  int puts = 0;
+  int puts = 0, gets = 0;
   Status put(const Key& k, const ModelIdentity& id, std::span<const uint8_t> v) {
     ++puts;
     m[{k.hi, k.lo}] = {id, std::vector<uint8_t>(v.begin(), v.end())};
     return Status::Ok();
   }
   Result<std::optional<std::vector<uint8_t>>> get(const Key& k, const ModelIdentity& id) {
+    ++gets;
     auto it = m.find({k.hi, k.lo});
     if (it == m.end() || !(it->second.first == id)) return std::optional<std::vector<uint8_t>>();
     return std::optional<std::vector<uint8_t>>(it->second.second);
+  }
+};
+struct CheckedGlobal : MapGlobal {
+  int contains_calls = 0;
+  Result<bool> contains(const Key& k, const ModelIdentity& id) {
+    ++contains_calls;
+    auto it = m.find({k.hi, k.lo});
+    return Result<bool>(it != m.end() && it->second.first == id);
   }
 };
 struct MapWindow {
@@ -116,6 +127,30 @@ TEST_CASE("a second turn resumes from the stored blocks: exactly the cold prefil
   REQUIRE(m.prefill(s2, std::span(turn2).subspan(48), &got).ok());
   CHECK(got == want);
   CHECK(same_caches(s2, cold));
+}
+
+TEST_CASE("at_boundary stores a block once: contains() when the tier has it, else get", "[session]") {
+  const M& m = test::tiny_ced();
+  const auto toks = test::tiny_prompt(50, 4);
+  auto run_twice = [&](auto& g) {
+    MapWindow w;
+    SessionCache<M, std::remove_reference_t<decltype(g)>, MapWindow> cache(m, kId, g, w, SessionOptions{16, 600, false});
+    for (int turn = 0; turn < 2; ++turn) {
+      SequenceState s = m.new_sequence(128);
+      REQUIRE(cache.prefill(s, toks).ok());
+    }
+  };
+  CheckedGlobal c;
+  run_twice(c);
+  CHECK(c.m.size() == 3);
+  CHECK(c.puts == 3);            // the second prefill found every block stored
+  CHECK(c.contains_calls == 6);  // 3 boundaries per prefill
+  CHECK(c.gets == 0);            // no block read back to learn that
+  MapGlobal g;
+  run_twice(g);
+  CHECK(g.m.size() == 3);
+  CHECK(g.puts == 3);
+  CHECK(g.gets == 6);
 }
 
 TEST_CASE("windows expired: the global KV comes back and window replay rebuilds the rings", "[session]") {

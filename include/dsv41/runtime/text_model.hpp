@@ -165,7 +165,7 @@ class TextModel {
     // With a session store: the state, every token known (prompt then generated), the last boundary recorded.
     const SessionHooks<typename M::State>* session = nullptr;
     typename M::State* state = nullptr;
-    std::vector<int32_t> tokens;
+    std::vector<int32_t> tokens{};
     int64_t last_boundary = 0;
 
     // Records the state's block boundary when it stands at one and holds exactly the known tokens (in speculative

@@ -1,7 +1,8 @@
 // A key-value tier with expiry for a session's stored blocks (SPEC §6 caches between requests): the in-process
 // WindowPool (window_pool.hpp) or a shared store such as RedisConnector (redis_connector.hpp) when one machine is
 // not enough. Values are opaque bytes. Implementations verify what they return: a damaged value is a miss, never
-// wrong bytes.
+// wrong bytes. The implementations here (WindowPool, RedisConnector) are thread-safe; a SessionCache shared by
+// threads needs that of any other.
 #pragma once
 #include <cstdint>
 #include <optional>

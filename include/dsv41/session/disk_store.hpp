@@ -2,7 +2,9 @@
 // written to a temp file, fsynced and renamed into place, so a reader (in any process) sees a whole file or none.
 // The directory is the truth; the in-memory index is this process's view of it (rebuilt by open and evict) and
 // drives eviction. Any damaged or mismatching file reads as a miss, never as wrong bytes; damaged files are removed.
-// Thread-safe within a process; several processes may share one directory.
+// Thread-safe: put, get, contains, evict and stats may be called from several threads at once (files are written
+// to unique temp names and renamed; the index and counters are under one mutex). Several processes may share one
+// directory. A moved-from DiskStore must not be used.
 #pragma once
 #include <algorithm>
 #include <filesystem>
@@ -138,14 +140,21 @@ class DiskStore {
     return R(std::nullopt);
   }
 
-  // Whether get would find the block, judged from the header and file size only (the payload is not read).
-  bool contains(const Key& key, const ModelIdentity& id) const {
+  // Whether the block is stored for id, judged from the header and file size only (the payload is not read, so
+  // this is cheap). A file whose payload is damaged still reads as present here; get() then finds it a miss and
+  // removes it. An error only when the file exists but cannot be opened or read.
+  Result<bool> contains(const Key& key, const ModelIdentity& id) const {
     const std::string path = path_of(key);
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
+    if (fd < 0) {
+      const int e = errno;
+      if (e == ENOENT) return Result<bool>(false);
+      return detail::io_fail("cannot open", path, e);
+    }
     const Verdict v = read_block(fd, path, key, id, nullptr);
     ::close(fd);
-    return v.kind == Verdict::hit;
+    if (v.kind == Verdict::io) return v.status;
+    return Result<bool>(v.kind == Verdict::hit);
   }
 
   // Rescans the directory (picking up other processes' blocks, dropping vanished ones), then removes blocks

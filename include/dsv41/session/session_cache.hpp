@@ -8,12 +8,17 @@
 // Tiers are duck-typed so any store fits: the global tier has
 //   Status put(const Key&, const ModelIdentity&, std::span<const uint8_t>)
 //   Result<std::optional<std::vector<uint8_t>>> get(const Key&, const ModelIdentity&)
-// and the window tier (session::Connector)
+// and optionally Result<bool> contains(const Key&, const ModelIdentity&) (a cheap presence check: at_boundary uses
+// it when there, else it reads the block back with get), and the window tier (session::Connector)
 //   Status put(const Key&, std::span<const uint8_t>, double ttl_s)
 //   Result<std::optional<std::vector<uint8_t>>> get(const Key&)
 // The CPU model's states (SequenceState) are what is cut and restored.
+// Thread safety: a SessionCache holds no mutable state of its own, so several threads may call at_boundary and
+// resume (on their own states) at once when its tiers are thread-safe (DiskStore, WindowPool, RedisConnector are)
+// and the model's const methods are.
 #pragma once
 #include <algorithm>
+#include <concepts>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -68,7 +73,7 @@ class SessionCache {
     if (st.pos == 0 || st.pos % o_.block) return Status::Ok();
     const auto k = keys(tokens);
     const int64_t b = int64_t(k.size()) - 1;
-    auto have = global_.get(k[size_t(b)], id_);
+    auto have = stored(k[size_t(b)]);
     if (!have.ok()) return have.status();
     if (!*have) {
       auto payload = global_block(m_.shape(), m_.schedule(), st, o_.block, b);
@@ -135,6 +140,18 @@ class SessionCache {
   }
 
  private:
+  // Whether the global tier holds k: through contains() when the tier has one, else by reading it back.
+  Result<bool> stored(const Key& k) {
+    if constexpr (requires(GlobalTier& g, const Key& key, const ModelIdentity& id) {
+                    { g.contains(key, id) } -> std::convertible_to<Result<bool>>;
+                  }) {
+      return global_.contains(k, id_);
+    } else {
+      auto have = global_.get(k, id_);
+      if (!have.ok()) return have.status();
+      return Result<bool>(have->has_value());
+    }
+  }
   void clear(State& st) const { st = m_.new_sequence(st.max_positions); }
   void truncate(State& st, int64_t blocks) const {
     const int me = kv::MainKvEntry::bytes(m_.shape().head_dim), ie = kv::IndexKey::bytes(m_.shape().index_head_dim);

@@ -1,6 +1,7 @@
 // The embedded, in-process Connector: keeps sessions' window KV (the per-layer rings of the last W positions) in
 // host DRAM for a few minutes so that a returning session skips its prefill. LRU under a byte budget, a TTL per
-// entry, every value stored with its XXH3-64 checksum and verified on get. Thread-safe (one mutex).
+// entry, every value stored with its XXH3-64 checksum and verified on get. Thread-safe: every method may be called
+// from several threads at once (one mutex; values are copied in and out under it).
 #pragma once
 #include <cmath>
 #include <cstdint>
