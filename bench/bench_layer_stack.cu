@@ -5,8 +5,10 @@
 // shapes and reported against the measured H200 ceilings.
 //
 //   bench_layer_stack [--config F] [--contexts 4096,131072] [--batches 1,8,64] [--warmup 3] [--steps 20] [--profile]
-//                     [--out FILE.md] [--check-config]
+//                     [--out FILE.md] [--check-config] [--fixed]
 //
+// --fixed: the ops of the V41Flash preset (gpu::Ops<configs::V41Flash>: hc, attention H/D and indexer nI/dI as
+// kernel template arguments) instead of gpu::Forward's run-time sizes; the config must have those sizes.
 // --check-config: host only (no CUDA call): schedule, per-layer weight bytes, and the estimated bytes per case.
 #include <cuda_runtime.h>
 
@@ -37,7 +39,8 @@ constexpr double kCopyTBs = 4.25, kFp8TF = 1422;  // measured ceilings of the H2
 
 // One decode step of the batch through the blocks' order on the GPU ops (one forward of B rows).
 constexpr const char* kBatchPath = "blocks::decode on gpu::Ops";
-Status forward_batch(const gpu::Forward& f, std::span<gpu::DeviceSequence* const> seqs, std::span<const int32_t> ids,
+template <class F>
+Status forward_batch(const F& f, std::span<gpu::DeviceSequence* const> seqs, std::span<const int32_t> ids,
                      float* d_logits) {
   return blocks::decode(f, seqs, ids, d_logits);
 }
@@ -164,6 +167,7 @@ struct Options {
   std::vector<int64_t> contexts{4096, 131072}, batches{1, 8, 64};
   int warmup = 3, steps = 20;
   bool check_config = false, profile = false;
+  bool fixed = false;  // --fixed: gpu::Ops<configs::V41Flash> (the release's kernel sizes as template arguments)
   uint64_t seed = 20261201;
 };
 
@@ -234,7 +238,8 @@ struct Events {
 
 // One (context, batch) case: sequences filled to `ctx` positions, then warm-up + timed steps with and
 // without logits. Appends table rows; `ok` turns false when the logits are not finite.
-Status run_case(gpu::Forward& f, const std::vector<LayerRole>& sched, const Sizes& z, const Options& opt,
+template <class F>
+Status run_case(F& f, const std::vector<LayerRole>& sched, const Sizes& z, const Options& opt,
                 int64_t ctx, int B, cudaStream_t stream, std::string& table, bool& ok) {
   const ModelShape& s = f.shape();
   const int V = s.vocab_size;
@@ -325,6 +330,47 @@ Status run_case(gpu::Forward& f, const std::vector<LayerRole>& sched, const Size
   return Status::Ok();
 }
 
+// Uploads the weights into ops F (gpu::Forward, or a preset's gpu::Ops) and runs every case.
+template <class F>
+int run_all(const ModelShape& s, const std::vector<LayerRole>& sched, const Sizes& z, const Options& opt,
+            std::unique_ptr<synth::SyntheticWeights> hw, cudaStream_t stream) {
+  print_mem("before upload");
+  const double t0 = now_s();
+  auto fr = F::create(s, hw->w, engram::Setup{}, stream);
+  const double t_up = now_s() - t0;
+  if (!fr.ok()) { std::fprintf(stderr, "Forward::create: %s\n", fr.status().message().c_str()); return 1; }
+  F& f = **fr;
+  hw.reset();  // the device holds its own copy
+  std::printf("weights uploaded: %.2f GB in %.1f s (%.1f GB/s); estimated %.2f GB\n",
+              f.weight_bytes() / 1e9, t_up, f.weight_bytes() / 1e9 / t_up, z.total() / 1e9);
+  print_mem("after upload");
+  std::printf("batched step: %s%s\n\n", kBatchPath, opt.fixed ? " (V41Flash kernel sizes)" : "");
+
+  std::string table = table_header();
+  bool all_ok = true;
+  for (int64_t ctx : opt.contexts)
+    for (int64_t B : opt.batches) {
+      Status st = run_case(f, sched, z, opt, ctx, int(B), stream, table, all_ok);
+      if (!st.ok()) {
+        std::printf("  context %lld, batch %lld failed: %s\n", (long long)ctx, (long long)B, st.message().c_str());
+        all_ok = false;
+      }
+    }
+  std::printf("\n%s", table.c_str());
+  if (!opt.out.empty()) {
+    if (FILE* fo = std::fopen(opt.out.c_str(), "w")) {
+      std::fprintf(fo,
+                   "Decode step, %s (%d layers at released widths), synthetic weights; batched step: %s%s.\n"
+                   "Bytes: weights read once per step (routed experts: expected distinct hits of uniform top-%d "
+                   "picks), KV as each layer reads it; FLOPs counted against the FP8 peak.\n\n%s",
+                   opt.config.c_str(), s.num_hidden_layers, kBatchPath, opt.fixed ? " (V41Flash kernel sizes)" : "",
+                   s.num_experts_per_tok, table.c_str());
+      std::fclose(fo);
+    }
+  }
+  return all_ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -343,6 +389,7 @@ int main(int argc, char** argv) {
     else if (a == "--out") opt.out = val();
     else if (a == "--check-config") opt.check_config = true;
     else if (a == "--profile") opt.profile = true;
+    else if (a == "--fixed") opt.fixed = true;
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
   }
   auto shape = load_config(opt.config);
@@ -361,38 +408,13 @@ int main(int argc, char** argv) {
   cudaStream_t stream = nullptr;
   // A blocking stream: ordered after new_sequence's memsets on the legacy default stream.
   if (cudaStreamCreate(&stream) != cudaSuccess) { std::fprintf(stderr, "no CUDA stream\n"); return 1; }
-  print_mem("before upload");
-  t0 = now_s();
-  auto fr = gpu::Forward::create(s, hw->w, engram::Setup{}, stream);
-  const double t_up = now_s() - t0;
-  if (!fr.ok()) { std::fprintf(stderr, "Forward::create: %s\n", fr.status().message().c_str()); return 1; }
-  gpu::Forward& f = **fr;
-  hw.reset();  // the device holds its own copy
-  std::printf("weights uploaded: %.2f GB in %.1f s (%.1f GB/s); estimated %.2f GB\n",
-              f.weight_bytes() / 1e9, t_up, f.weight_bytes() / 1e9 / t_up, z.total() / 1e9);
-  print_mem("after upload");
-  std::printf("batched step: %s\n\n", kBatchPath);
-
-  std::string table = table_header();
-  bool all_ok = true;
-  for (int64_t ctx : opt.contexts)
-    for (int64_t B : opt.batches) {
-      Status st = run_case(f, sched, z, opt, ctx, int(B), stream, table, all_ok);
-      if (!st.ok()) {
-        std::printf("  context %lld, batch %lld failed: %s\n", (long long)ctx, (long long)B, st.message().c_str());
-        all_ok = false;
-      }
-    }
-  std::printf("\n%s", table.c_str());
-  if (!opt.out.empty()) {
-    if (FILE* fo = std::fopen(opt.out.c_str(), "w")) {
-      std::fprintf(fo,
-                   "Decode step, %s (%d layers at released widths), synthetic weights; batched step: %s.\n"
-                   "Bytes: weights read once per step (routed experts: expected distinct hits of uniform top-%d "
-                   "picks), KV as each layer reads it; FLOPs counted against the FP8 peak.\n\n%s",
-                   opt.config.c_str(), s.num_hidden_layers, kBatchPath, s.num_experts_per_tok, table.c_str());
-      std::fclose(fo);
-    }
+  if (!opt.fixed) return run_all<gpu::Forward>(s, sched, z, opt, std::move(hw), stream);
+  // The stack has fewer layers than the release; the ops read only the kernel sizes from the preset.
+  const DynamicDims ds(s), df{Dims<configs::V41Flash>{}};
+  if (ds.hc != df.hc || ds.heads != df.heads || ds.head_dim != df.head_dim || ds.index_heads != df.index_heads ||
+      ds.index_head_dim != df.index_head_dim) {
+    std::fprintf(stderr, "--fixed: the config's hc, heads, head_dim, index heads/dim are not V41Flash's\n");
+    return 2;
   }
-  return all_ok ? 0 : 1;
+  return run_all<gpu::Ops<configs::V41Flash>>(s, sched, z, opt, std::move(hw), stream);
 }

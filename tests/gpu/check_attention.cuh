@@ -17,6 +17,9 @@ struct AttnCfg {
 // (relative ~D·2^-24); each numerator bf16(exp(s_j − m)) can then differ by one BF16 ulp (2^-8 of
 // itself, when exp lands next to a rounding boundary, or by expf's ≤ 2 ulp), so
 // |Δo_i| ≤ 2^-8·Σ_j p_j|e_j[i]|/den ≤ 2^-8·max_j|e_j[i]|, plus the final rounding.
+// FH, FD > 0: the output compared is sparse_attention_fixed<FH, FD>'s (a preset's compile-time sizes), which
+// must also equal sparse_attention_any's on the same inputs bit for bit (same kernel source, same order).
+template <int FH = 0, int FD = 0>
 inline CheckResult check_attention(const AttnCfg& cfg, uint64_t seed) {
   const int R = cfg.R, H = cfg.H, D = cfg.D;
   Rng rng(seed);
@@ -66,14 +69,26 @@ inline CheckResult check_attention(const AttnCfg& cfg, uint64_t seed) {
   p.out = reinterpret_cast<gpu::bf16_t*>(dout.p);
   GT_OK(gpu::sparse_attention_any(p, nullptr));  // as the forward: tensor cores where the shape allows
   GT_SYNC();
-  const std::vector<float> out = from_bits(dout.download());
+  std::vector<uint16_t> bits = dout.download();
+  int64_t fixed_diff = 0;
+  if constexpr (FD > 0) {
+    if (H != FH || D != FD) throw std::runtime_error("check_attention: cfg H, D are not the fixed sizes");
+    const std::vector<uint16_t> any_bits = bits;
+    dout.poison();
+    GT_OK((gpu::sparse_attention_fixed<FH, FD>(p, nullptr)));
+    GT_SYNC();
+    bits = dout.download();
+    for (size_t i = 0; i < bits.size(); ++i) fixed_diff += bits[i] != any_bits[i];
+  }
+  const std::vector<float> out = from_bits(bits);
 
   Cmp c;
   c.r.op = "attention";
   c.r.shape = shape_str({{"R", R}, {"H", H}, {"D", D}, {"win", cfg.n_win}, {"sel", cfg.n_comp}});
   c.r.bound = "ulp+2^-8*max|e_i|";
-  const bool tc = H % 16 == 0 && D % 128 == 0 && D <= 1024;
+  const bool tc = gpu::sparse_attention_fast_shape(H, D) && gpu::detail::attn::smem_bytes(p, 16) <= 227 * 1024;
   c.r.note = tc ? "tensor cores" : (size_t(D) * 4 + size_t(cfg.n_win + cfg.n_comp) * 8 <= 200 * 1024 ? "generic" : "generic, scores recomputed");
+  if constexpr (FD > 0) c.r.note += ", fixed<H, D>: " + std::to_string(fixed_diff) + " outputs differ from run time";
   std::vector<float> o(size_t(H) * D), maxe(static_cast<size_t>(D));
   for (int r = 0; r < R; ++r) {
     std::vector<const float*> ent;
@@ -91,7 +106,7 @@ inline CheckResult check_attention(const AttnCfg& cfg, uint64_t seed) {
         c.add(out[(size_t(r) * H + h) * D + i], rv, bf16_ulp(rv) + std::ldexp(double(maxe[i]), -8) + 1e-6);
       }
   }
-  return c.done();
+  return c.done(fixed_diff == 0);
 }
 
 }  // namespace dsv41::gputest

@@ -1,6 +1,8 @@
 // Checks of the indexer (scores of FP4 queries vs packed FP4 keys, relu, head weights; top-k) against
 // cpu::index_select and cpu::topk_row.
 #pragma once
+#include <cstring>
+
 #include <dsv41/backend/cuda/kernels/gemm.cuh>
 #include <dsv41/backend/cuda/kernels/glue.cuh>
 #include <dsv41/backend/cuda/kernels/indexer.cuh>
@@ -34,6 +36,9 @@ struct IndexCfg {
 // cpu::index_select exactly. structured = false: dense random weights; the projections may differ by
 // one BF16 ulp (check_gemm), which moves FP4 codes of q: reported, bounded by 2^-5·max|score| and
 // ≥ 95% overlap of the lists.
+// FNI, FDI > 0: the scores and lists compared are index_scores_fixed<FNI, FDI>'s (a preset's compile-time
+// sizes); its scores must also equal index_scores_any's on the same inputs bit for bit.
+template <int FNI = 0, int FDI = 0>
 inline CheckResult check_indexer(const IndexCfg& cfg, uint64_t seed) {
   const int S = cfg.S, d = cfg.d, QL = cfg.q_lora, nI = cfg.nI, dI = cfg.dI, K = cfg.K, n = cfg.n, NQ = nI * dI;
   Rng rng(seed);
@@ -101,6 +106,17 @@ inline CheckResult check_indexer(const IndexCfg& cfg, uint64_t seed) {
   ip.q = q4.p; ip.qe = q4e.p; ip.w = w.p; ip.keys = dkeys.p; ip.n = n; ip.vis = dvis.p; ip.R = S; ip.nI = nI; ip.dI = dI;
   ip.scores = scores.p;
   GT_OK(gpu::index_scores_any(ip, nullptr));  // tensor cores at nI ∈ {16, 32}, dI = 128; else the generic kernel
+  int64_t fixed_diff = 0;
+  if constexpr (FDI > 0) {
+    if (nI != FNI || dI != FDI) throw std::runtime_error("check_indexer: cfg nI, dI are not the fixed sizes");
+    GT_SYNC();
+    const std::vector<float> any_scores = scores.download();
+    scores.poison();
+    GT_OK((gpu::index_scores_fixed<FNI, FDI>(ip, nullptr)));
+    GT_SYNC();
+    const std::vector<float> fs = scores.download();
+    for (size_t i = 0; i < fs.size(); ++i) fixed_diff += std::memcmp(&fs[i], &any_scores[i], 4) != 0;
+  }
   GT_OK(gpu::topk(scores.p, S, n, dvis.p, K, lists.p, nullptr));
   GT_SYNC();
   const std::vector<float> gs = scores.download();
@@ -138,8 +154,9 @@ inline CheckResult check_indexer(const IndexCfg& cfg, uint64_t seed) {
   std::snprintf(note, sizeof note, "list slots differing %lld, overlap %lld/%lld", (long long)list_diff,
                 (long long)common, (long long)total);
   c.r.note = note;
+  if constexpr (FDI > 0) c.r.note += ", fixed<nI, dI>: " + std::to_string(fixed_diff) + " scores differ from run time";
   const bool lists_ok = cfg.structured ? list_diff == 0 : (total == 0 || common * 100 >= total * 95);
-  return c.done(lists_ok);
+  return c.done(lists_ok && fixed_diff == 0);
 }
 
 // Top-k alone on given scores with many exact ties and −inf, against cpu::topk_row: exact.

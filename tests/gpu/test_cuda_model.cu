@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include <dsv41/model/cuda_model.hpp>
 #include <dsv41/model/golden.hpp>
@@ -39,6 +40,13 @@ TEST_CASE("CUDA model of the TinyCed preset passes the golden check", "[gpu][mod
   REQUIRE(m.ok());
   check_golden(**m);
 }
+
+// The release preset's attention and indexer steps instantiate with its sizes as kernel template arguments
+// (gpu::KernelSizes; the kernels themselves are checked in [gpu][ops]); TinyCed's sizes take the run-time path.
+static_assert(std::is_same_v<gpu::Ops<configs::V41Flash>::Kernels, gpu::KernelSizes<64, 512, 32, 128>>);
+static_assert(std::is_same_v<gpu::Ops<configs::TinyCed>::Kernels, gpu::RuntimeSizes>);
+[[maybe_unused]] constexpr auto kFlashAttention = &gpu::Ops<configs::V41Flash>::sparse_attention;
+[[maybe_unused]] constexpr auto kFlashIndexer = &gpu::Ops<configs::V41Flash>::index_select;
 
 TEST_CASE("CUDA model logits follow the CPU model's", "[gpu][model]") {
   auto g = CudaModel<>::load(kDir);

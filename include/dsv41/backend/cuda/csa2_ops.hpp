@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <dsv41/backend/cuda/batch.hpp>
+#include <dsv41/backend/cuda/kernel_sizes.hpp>
 #include <dsv41/backend/cuda/kernels/attention.cuh>
 #include <dsv41/backend/cuda/kernels/indexer.cuh>
 #include <dsv41/backend/cuda/unit_ops.hpp>
@@ -109,7 +110,21 @@ class Csa2Ops : public UnitOps {
     return Status::Ok();
   }
 
+  // The attention and index-score kernels at KS's compile-time sizes where it has them (a preset's), else the
+  // dispatch on the runtime shape.
+  template <class KS>
+  Status attend(const SparseAttnParams& p) const {
+    if constexpr (KS::attn_fixed) return sparse_attention_fixed<KS::H, KS::D>(p, stream_);
+    else return sparse_attention_any(p, stream_);
+  }
+  template <class KS>
+  Status score_index(const IndexScoreParams& p) const {
+    if constexpr (KS::index_fixed) return index_scores_fixed<KS::nI, KS::dI>(p, stream_);
+    else return index_scores_any(p, stream_);
+  }
+
   // §4.4–4.5 the indexer of a Full or Reindex layer: its own top-k lists, into the handoff.
+  template <class KS = RuntimeSizes>
   Status attn_index(int l, Batch& b, const bf16_t* x, AttentionWork& w) const {
     const int S = b.rows(), K = s_.index_topk;
     const LayerRole& role = sched_[size_t(l)];
@@ -119,7 +134,7 @@ class Csa2Ops : public UnitOps {
     if (b.decode_batch()) {
       int nmax = 0;
       DSV41_TRY(batch_table(l, b, w, nmax));
-      return index_select_rows(l, S, b.handoff.cand[0], b.fs, w.sp, b.in.pos,
+      return index_select_rows<KS>(l, S, b.handoff.cand[0], b.fs, w.sp, b.in.pos,
                                reinterpret_cast<const uint8_t* const*>(w.table + 3 * S),
                                reinterpret_cast<const int*>(w.table + 4 * S), nmax, b.handoff.lists[size_t(l)], w.sc);
     }
@@ -127,7 +142,7 @@ class Csa2Ops : public UnitOps {
       const SequenceRows& g = b.segs[i];
       Scratch ss = scratch();
       int32_t* own = b.handoff.lists[size_t(l)] + size_t(g.row0) * K;
-      DSV41_TRY(index_select(l, g.st->layers[size_t(role.kv_source)], b.handoff.cand[i], b.fs, w.sp, g.row0, g.n, g.p0,
+      DSV41_TRY(index_select<KS>(l, g.st->layers[size_t(role.kv_source)], b.handoff.cand[i], b.fs, w.sp, g.row0, g.n, g.p0,
                              b.hooks, own, ss));
       if (b.hooks && b.hooks->topk) DSV41_TRY(hook_topk(b.hooks, l, g.p0, g.n, own));
     }
@@ -136,6 +151,7 @@ class Csa2Ops : public UnitOps {
 
   // §3.6 attention of every row over its window entries and, where the layer reads compressed entries, the entries
   // its index source's lists select; chunks then store their last W entries in the ring.
+  template <class KS = RuntimeSizes>
   Status attn_sparse(int l, Batch& b, AttentionWork& w, bool reads_compressed) const {
     const LayerRole& role = sched_[size_t(l)];
     const DLayer& L = layers_[size_t(l)];
@@ -175,7 +191,7 @@ class Csa2Ops : public UnitOps {
       ap.win_idx = w.widx;
       ap.R = S;
       ap.out = w.o;
-      return sparse_attention_any(ap, stream_);
+      return attend<KS>(ap);
     }
     for (size_t i = 0; i < b.segs.size(); ++i) {
       const SequenceRows& g = b.segs[i];
@@ -197,7 +213,7 @@ class Csa2Ops : public UnitOps {
       p.n_comp = cpool ? K : 0;
       p.R = g.n;
       p.out = w.o + size_t(g.row0) * H * D;
-      DSV41_TRY(sparse_attention_any(p, stream_));
+      DSV41_TRY(attend<KS>(p));
       if (g.n > 1) {
         const int t0 = std::max(0, g.n - W);
         glue::ring_store_kernel<<<glue::blocks_for(int64_t(g.n - t0) * we), glue::kThreads, 0, stream_>>>(
@@ -367,6 +383,7 @@ class Csa2Ops : public UnitOps {
   }
 
   // §4.4–4.5 top-k lists [n, index_topk] of one segment's rows (r0..) of a Full or Reindex layer, into `lists`.
+  template <class KS = RuntimeSizes>
   Status index_select(int l, const DeviceLayerState& src, CandidateMask& cand, Scratch& fs, const SideProjections& sp, int r0, int n,
                       int64_t p0, const ForwardHooks* hooks, int32_t* lists, Scratch& sc) const {
     const LayerRole& role = sched_[l];
@@ -389,7 +406,7 @@ class Csa2Ops : public UnitOps {
     ip.nI = nI;
     ip.dI = dI;
     ip.scores = scores;
-    DSV41_TRY(index_scores_any(ip, stream_));
+    DSV41_TRY(score_index<KS>(ip));
     DSV41_TRY(candidates(role, cand, fs, scores, n, ne, vis, sc));
     if (hooks && hooks->index_scores) {
       std::vector<float> h(size_t(n) * ne);
@@ -440,6 +457,7 @@ class Csa2Ops : public UnitOps {
   // §4.4–4.5 the indexer of a decode batch (one row per sequence) in one launch of each kernel: row t scores
   // keys_rows[t] (n_rows[t] keys; nmax the most), lists [S, index_topk]. The candidate mask of the batch is
   // kept in `cand` (rows of all sequences).
+  template <class KS = RuntimeSizes>
   Status index_select_rows(int l, int S, CandidateMask& cand, Scratch& fs, const SideProjections& sp, const int64_t* d_pos,
                            const uint8_t* const* keys_rows, const int* n_rows, int nmax, int32_t* lists,
                            Scratch& sc) const {
@@ -463,7 +481,7 @@ class Csa2Ops : public UnitOps {
     ip.nI = nI;
     ip.dI = dI;
     ip.scores = scores;
-    DSV41_TRY(index_scores_any(ip, stream_));
+    DSV41_TRY(score_index<KS>(ip));
     DSV41_TRY(candidates(role, cand, fs, scores, S, nmax, vis, sc));
     return topk(scores, S, nmax, vis, K, lists, stream_);
   }

@@ -15,6 +15,7 @@
 
 #include <dsv41/backend/cuda/batch.hpp>
 #include <dsv41/backend/cuda/dspark_ops.hpp>
+#include <dsv41/backend/cuda/kernel_sizes.hpp>
 #include <dsv41/backend/cuda/kernels/shape_support.hpp>
 #include <dsv41/backend/cuda/snapshot.hpp>
 #include <dsv41/backend/cuda/upload.hpp>
@@ -43,6 +44,9 @@ class Ops : public DsparkOps {
   // The kernel-relevant sizes: compile-time for a preset (its hot kernels are instantiated for them), runtime for
   // configs::Dynamic.
   using Sizes = Dims<Config>;
+  // The attention and indexer kernels' template sizes: the preset's where the fast kernels take them (V41Flash:
+  // H 64, D 512, nI 32, dI 128), else none (run-time dispatch; configs::Dynamic, TinyCed).
+  using Kernels = kernel_sizes_t<Config>;
 
   // Uploads the bound weights (host views of a checkpoint) once; host memory is not needed afterwards.
   static Result<std::unique_ptr<Ops>> create(const ModelShape& s, const Weights& hw, engram::Setup eg, cudaStream_t stream) {
@@ -266,9 +270,9 @@ class Ops : public DsparkOps {
     return attn_window_entries(l, b, w, pass);
   }
   Status compress(int l, Batch& b, const bf16_t* x, AttentionWork& w) const { return attn_compress(l, b, x, w); }
-  Status index_select(int l, Batch& b, const bf16_t* x, AttentionWork& w) const { return attn_index(l, b, x, w); }
+  Status index_select(int l, Batch& b, const bf16_t* x, AttentionWork& w) const { return attn_index<Kernels>(l, b, x, w); }
   Status sparse_attention(int l, Batch& b, AttentionWork& w, bool reads_compressed, const StackPass&) const {
-    return attn_sparse(l, b, w, reads_compressed);
+    return attn_sparse<Kernels>(l, b, w, reads_compressed);
   }
   Status output_projection(int l, Batch& b, AttentionWork& w, bf16_t* out) const { return attn_output(l, b, w, out); }
 

@@ -51,12 +51,18 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2_scaled(uint16_t two, float 
 }
 
 // HG = 16 or 32 heads per CTA (MT = HG/16 m16 tiles): each dequantized entry chunk serves HG heads.
-template <int HG>
+// DC, HC > 0: the head dim and head count fixed at compile time (a preset's; p.D, p.H must equal them),
+// 0: read from p. One source for both, with the same operations in the same order.
+template <int HG, int DC = 0, int HC = 0>
 __global__ void __launch_bounds__(256) sparse_attn_kernel(const SparseAttnParams p) {
   using namespace attn;
+  static_assert(DC == 0 || (DC % 128 == 0 && DC <= 1024), "sparse_attn_kernel: D % 128 == 0, D <= 1024");
+  static_assert(HC == 0 || HC % HG == 0, "sparse_attn_kernel: H a multiple of the heads per CTA");
   constexpr int MT = HG / 16;
+  constexpr int NT = DC > 0 ? DC / 64 : 8;  // n8 tiles per warp in pass 2 (D / 64 ≤ 8)
   extern __shared__ __align__(128) uint8_t smem[];
-  const int D = p.D, NP = npad(p), n_chunks_d = D / 8, n_chunks_p = NP / 8;
+  const int D = DC > 0 ? DC : p.D, H = HC > 0 ? HC : p.H;
+  const int NP = npad(p), n_chunks_d = D / 8, n_chunks_p = NP / 8;
   const int row = blockIdx.y, h0 = blockIdx.x * HG;
   const uint8_t* win_pool = p.win_pools ? p.win_pools[row] : p.win_pool;
   const uint8_t* comp_pool = p.comp_pools ? p.comp_pools[row] : p.comp_pool;
@@ -92,11 +98,11 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(const SparseAttnParams
   for (int c = tid; c < HG * n_chunks_d; c += THREADS) {
     const int h = c / n_chunks_d, ch = c % n_chunks_d;
     *reinterpret_cast<uint4*>(Qs + swz(h, ch, n_chunks_d)) =
-        *reinterpret_cast<const uint4*>(p.q + (int64_t(row) * p.H + h0 + h) * D + ch * 8);
+        *reinterpret_cast<const uint4*>(p.q + (int64_t(row) * H + h0 + h) * D + ch * 8);
   }
   __syncthreads();
   const int n = *n_ent;
-  bf16_t* orow = p.out + (int64_t(row) * p.H + h0) * D;
+  bf16_t* orow = p.out + (int64_t(row) * H + h0) * D;
   if (n == 0) {
     for (int i = tid; i < HG * D; i += THREADS) orow[i] = __float2bfloat16_rn(0.f);
     return;
@@ -189,11 +195,11 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(const SparseAttnParams
   // Pass 2: O = P · E, warp w owns dims [w·D/8, (w+1)·D/8).
   const int ntile = D / 64;  // n8 tiles per warp (≤ 8)
   const int dim0 = warp * (D / 8);
-  float acc[MT][8][4];
+  float acc[MT][NT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[mt][j][c] = 0.f;
   for (int c0 = 0; c0 < n; c0 += CH) {
@@ -209,7 +215,7 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(const SparseAttnParams
                                     n_chunks_p));
       const int er = 16 * ks + (lane & 7) + 8 * ((lane >> 3) & 1);
 #pragma unroll
-      for (int j = 0; j < 8; j += 2) {
+      for (int j = 0; j < NT; j += 2) {
         if (j < ntile) {
           uint32_t b[4];
           ldmatrix_x4_trans(b, Es + swz(er, (dim0 + 8 * (j + (lane >> 4))) / 8, n_chunks_d));
@@ -227,7 +233,7 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(const SparseAttnParams
     const int h = 16 * mt + g;
     const float d0 = den[h], d1 = den[h + 8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < NT; ++j) {
       if (j < ntile) {
         const int dim = dim0 + 8 * j + 2 * t;
         *reinterpret_cast<uint32_t*>(orow + int64_t(h) * D + dim) =
@@ -238,32 +244,41 @@ __global__ void __launch_bounds__(256) sparse_attn_kernel(const SparseAttnParams
     }
   }
 }
-}  // namespace detail
+namespace attn {
+template <int HG, int DC, int HC>
+inline Status launch(const SparseAttnParams& p, size_t smem, cudaStream_t stream) {
+  DSV41_CUDA_TRY(cudaFuncSetAttribute(sparse_attn_kernel<HG, DC, HC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      int(smem)),
+                 "sparse_attention: smem attribute");
+  sparse_attn_kernel<HG, DC, HC><<<dim3(p.H / HG, p.R), THREADS, smem, stream>>>(p);
+  return launch_status("sparse_attention");
+}
 
-// o [R, H, D] = attn(q, entries, sink). H % 16 == 0; D % 128 == 0 (so each warp owns whole 16-dim pairs
-// of n8 tiles), D ≤ 1024.
-inline Status sparse_attention(const SparseAttnParams& p, cudaStream_t stream) {
-  if (p.R < 0 || p.H % 16 || p.D % 128 || p.D > 1024 || p.n_win < 0 || p.n_comp < 0)
-    return bad_arg("sparse_attention: H % 16, D % 128");
-  if (p.R == 0) return Status::Ok();
-  // 32 heads per CTA halve the dequantization per head; used when it fits in shared memory and the
-  // grid still has a few waves (prefill); 16 otherwise (decode: more CTAs).
-  const size_t smem32 = detail::attn::smem_bytes(p, 32), smem16 = detail::attn::smem_bytes(p, 16);
+// 32 heads per CTA halve the dequantization per head; used when it fits in shared memory and the grid still
+// has a few waves (prefill); 16 otherwise (decode: more CTAs). Shapes checked by the caller, R > 0.
+template <int DC, int HC>
+inline Status run(const SparseAttnParams& p, cudaStream_t stream) {
+  const size_t smem32 = smem_bytes(p, 32), smem16 = smem_bytes(p, 16);
   const bool use32 = p.H % 32 == 0 && smem32 <= 227 * 1024 && int64_t(p.R) * (p.H / 32) >= 4 * 132;
   const size_t smem = use32 ? smem32 : smem16;
   if (smem > 227 * 1024) return bad_arg("sparse_attention: too many entries for shared memory");
-  if (use32) {
-    DSV41_CUDA_TRY(cudaFuncSetAttribute(detail::sparse_attn_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(smem)),
-                   "sparse_attention: smem attribute");
-    detail::sparse_attn_kernel<32><<<dim3(p.H / 32, p.R), detail::attn::THREADS, smem, stream>>>(p);
-  } else {
-    DSV41_CUDA_TRY(cudaFuncSetAttribute(detail::sparse_attn_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(smem)),
-                   "sparse_attention: smem attribute");
-    detail::sparse_attn_kernel<16><<<dim3(p.H / 16, p.R), detail::attn::THREADS, smem, stream>>>(p);
-  }
-  return launch_status("sparse_attention");
+  if constexpr (HC == 0 || HC % 32 == 0)
+    if (use32) return launch<32, DC, HC>(p, smem, stream);
+  return launch<16, DC, HC>(p, smem, stream);
+}
+}  // namespace attn
+}  // namespace detail
+
+// The head counts and dims the tensor-core kernel takes (each warp owns whole 16-dim pairs of n8 tiles).
+constexpr bool sparse_attention_fast_shape(int H, int D) { return H > 0 && H % 16 == 0 && D > 0 && D % 128 == 0 && D <= 1024; }
+
+// o [R, H, D] = attn(q, entries, sink). H % 16 == 0; D % 128 == 0, D ≤ 1024. sparse_attention_fixed
+// (glue_attention.cuh) runs the same kernel with H and D as template arguments.
+inline Status sparse_attention(const SparseAttnParams& p, cudaStream_t stream) {
+  if (p.R < 0 || !sparse_attention_fast_shape(p.H, p.D) || p.n_win < 0 || p.n_comp < 0)
+    return bad_arg("sparse_attention: H % 16, D % 128");
+  if (p.R == 0) return Status::Ok();
+  return detail::attn::run<0, 0>(p, stream);
 }
 
 }  // namespace dsv41::gpu

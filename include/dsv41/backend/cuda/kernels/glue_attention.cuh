@@ -548,7 +548,7 @@ __global__ void compress_pending_kernel(float* __restrict__ pkv, float* __restri
 inline Status sparse_attention_any(const SparseAttnParams& p, cudaStream_t stream) {
   if (p.R < 0 || p.H <= 0 || p.D <= 0 || p.D % 32 || p.n_win < 0 || p.n_comp < 0) return bad_arg("sparse_attention_any: bad shape");
   if (p.R == 0) return Status::Ok();
-  if (p.H % 16 == 0 && p.D % 128 == 0 && p.D <= 1024 && detail::attn::smem_bytes(p, 16) <= 227 * 1024)
+  if (sparse_attention_fast_shape(p.H, p.D) && detail::attn::smem_bytes(p, 16) <= 227 * 1024)
     return sparse_attention(p, stream);
   const int tot = p.n_win + p.n_comp;
   const size_t smem = size_t(p.D) * 4 + size_t(tot) * 8;
@@ -564,9 +564,22 @@ inline Status sparse_attention_any(const SparseAttnParams& p, cudaStream_t strea
   return launch_status("sparse attention stream");
 }
 
+// sparse_attention_any with H and D known at compile time (a preset's; p.H, p.D must equal them): the
+// tensor-core kernel instantiated for them, the same operations as sparse_attention_any's tensor-core path;
+// entry counts whose shared memory does not fit go to sparse_attention_any's generic kernels.
+template <int H, int D>
+inline Status sparse_attention_fixed(const SparseAttnParams& p, cudaStream_t stream) {
+  static_assert(sparse_attention_fast_shape(H, D), "sparse_attention_fixed: H % 16, D % 128, D <= 1024");
+  if (p.H != H || p.D != D) return bad_arg("sparse_attention_fixed: shape is not the fixed H/D");
+  if (p.R < 0 || p.n_win < 0 || p.n_comp < 0) return bad_arg("sparse_attention_fixed: bad shape");
+  if (p.R == 0) return Status::Ok();
+  if (detail::attn::smem_bytes(p, 16) > 227 * 1024) return sparse_attention_any(p, stream);
+  return detail::attn::run<D, H>(p, stream);
+}
+
 inline Status index_scores_any(const IndexScoreParams& p, cudaStream_t stream) {
   if (p.R == 0 || p.n == 0) return Status::Ok();
-  if (p.dI == 128 && (p.nI == 16 || p.nI == 32)) return index_scores(p, stream);
+  if (index_scores_fast_shape(p.nI, p.dI)) return index_scores(p, stream);
   if (p.dI % 32) return bad_arg("index_scores_any: dI % 32");
   const int64_t warps = int64_t(p.R) * p.n;
   glue::index_scores_generic_kernel<<<glue::blocks_for(warps * 32), glue::kThreads, 0, stream>>>(p);

@@ -200,14 +200,24 @@ __global__ void __launch_bounds__(THREADS) topk_kernel(const float* __restrict__
 
 }  // namespace detail
 
-// scores [R, n]. nI ∈ {16, 32}, dI == 128 (68-byte keys, 4-byte aligned).
-inline Status index_scores(const IndexScoreParams& p, cudaStream_t stream) {
-  if (p.R < 0 || p.n < 0 || p.dI != 128 || (p.nI != 16 && p.nI != 32)) return bad_arg("index_scores: nI/dI");
+// The index head counts and dims the tensor-core kernel takes (68-byte keys, 4-byte aligned).
+constexpr bool index_scores_fast_shape(int nI, int dI) { return (nI == 16 || nI == 32) && dI == 128; }
+
+// scores [R, n] with nI and dI known at compile time (a preset's; p.nI, p.dI must equal them): only that
+// kernel is instantiated. index_scores below picks the same instantiation at run time.
+template <int NI, int DI>
+inline Status index_scores_fixed(const IndexScoreParams& p, cudaStream_t stream) {
+  static_assert(index_scores_fast_shape(NI, DI), "index_scores_fixed: nI in {16, 32}, dI == 128");
+  if (p.R < 0 || p.n < 0 || p.nI != NI || p.dI != DI) return bad_arg("index_scores_fixed: shape is not the fixed nI/dI");
   if (p.R == 0 || p.n == 0) return Status::Ok();
-  dim3 grid(ceil_div(p.n, 256), p.R);
-  if (p.nI == 16) detail::index_score_kernel<1, 4><<<grid, 128, 0, stream>>>(p);
-  else detail::index_score_kernel<2, 4><<<grid, 128, 0, stream>>>(p);
+  detail::index_score_kernel<NI / 16, DI / 32><<<dim3(ceil_div(p.n, 256), p.R), 128, 0, stream>>>(p);
   return launch_status("index_scores");
+}
+
+// scores [R, n]. nI ∈ {16, 32}, dI == 128.
+inline Status index_scores(const IndexScoreParams& p, cudaStream_t stream) {
+  if (p.R < 0 || p.n < 0 || !index_scores_fast_shape(p.nI, p.dI)) return bad_arg("index_scores: nI/dI");
+  return p.nI == 16 ? index_scores_fixed<16, 128>(p, stream) : index_scores_fixed<32, 128>(p, stream);
 }
 
 // lists [R, K] = top-min(K, vis[r]) of scores[r, 0..vis[r]) (ascending, −1 padded).

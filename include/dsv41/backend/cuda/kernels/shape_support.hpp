@@ -13,6 +13,8 @@
 //                  (any D, any number of entries)
 //   MoE routing    E ≤ 1024, k ≤ 8: in registers; else route_any_kernel; tiles and combine for any E, k
 //   indexer        nI ∈ {16, 32}, dI = 128: tensor cores; else one warp per (row, key)
+// A preset's mHC hc, attention H, D and indexer nI, dI are template arguments of the fast kernels where they
+// take them (gpu::Ops<C>, kernel_sizes.hpp); configs::Dynamic dispatches on the runtime shape.
 // Not shape limits: one forward's row count (a prefill chunk) stays below 65536 where rows are a grid
 // dimension (attention, indexer scores, MoE combine).
 #pragma once
