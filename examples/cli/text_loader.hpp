@@ -19,6 +19,9 @@
 #include <dsv41/session/model_identity.hpp>
 #include <dsv41/session/session_cache.hpp>
 #include <dsv41/session/window_pool.hpp>
+#if defined(__CUDACC__)  // the CUDA engine's unit (cmd_text_cuda.cu): device states' session blocks
+#include <dsv41/backend/cuda/session_state.hpp>
+#endif
 #endif
 
 namespace dsv41::cli {
@@ -79,7 +82,7 @@ class TextEngineOf : public TextEngine {
 
   Status enable_sessions(const std::string& model_dir, const std::string& cache_dir, int block) override {
 #if DSV41_CLI_SESSIONS
-    if constexpr (M::on_host) {
+    {  // either backend: session::StateBlocks<M::State> (the GPU's: backend/cuda/session_state.hpp)
       auto id = session::model_identity(model_dir);
       if (!id.ok()) return id.status();
       auto disk = session::DiskStore::open(cache_dir);
@@ -100,8 +103,6 @@ class TextEngineOf : public TextEngine {
       };
       text_->set_session(h);
       return Status::Ok();
-    } else {
-      return error(Code::unsupported, "--cache-dir: session stores hold CPU states for now (use --device cpu)");
     }
 #else
     (void)model_dir, (void)cache_dir, (void)block;

@@ -138,4 +138,54 @@ inline Status restore_window(SequenceState& st, std::span<const uint8_t> payload
   return Status::Ok();
 }
 
+// The block operations SessionCache runs on a backend's state, given the model M that made it (the GPU's needs
+// its stream): the CPU's here, the GPU's in backend/cuda/session_state.hpp. Both read and write the same payloads.
+template <class State>
+struct StateBlocks;
+
+template <>
+struct StateBlocks<SequenceState> {
+  template <class M>
+  static Result<std::vector<uint8_t>> global(const M& m, const SequenceState& st, int block, int64_t index) {
+    return global_block(m.shape(), m.schedule(), st, block, index);
+  }
+  template <class M>
+  static Status append_global(const M& m, SequenceState& st, int block, int64_t index, std::span<const uint8_t> p) {
+    return append_global_block(m.shape(), m.schedule(), st, block, index, p);
+  }
+  template <class M>
+  static Result<std::vector<uint8_t>> window(const M&, const SequenceState& st) {
+    return window_at(st);
+  }
+  template <class M>
+  static Status restore(const M&, SequenceState& st, std::span<const uint8_t> p) {
+    return restore_window(st, p);
+  }
+  // Cuts every KV source layer back to its first `blocks` blocks of entries.
+  template <class M>
+  static Status truncate(const M& m, SequenceState& st, int block, int64_t blocks) {
+    const int me = kv::MainKvEntry::bytes(m.shape().head_dim), ie = kv::IndexKey::bytes(m.shape().index_head_dim);
+    for (const LayerRole& r : m.schedule()) {
+      if (r.mode != AttnMode::Full) continue;
+      LayerState& ls = st.layers[size_t(r.id)];
+      const int64_t n = blocks * block / r.ratio;
+      ls.n_entries = n;
+      ls.comp.resize(size_t(n) * me);
+      ls.ikeys.resize(size_t(n) * ie);
+    }
+    return Status::Ok();
+  }
+  template <class M>
+  static Status drop_windows(const M&, SequenceState& st) {
+    st.drop_windows();
+    return Status::Ok();
+  }
+  // Makes st a fresh state of its capacity.
+  template <class M>
+  static Status clear(const M& m, SequenceState& st) {
+    st = m.new_sequence(st.max_positions);
+    return Status::Ok();
+  }
+};
+
 }  // namespace dsv41::session

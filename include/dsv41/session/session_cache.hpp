@@ -12,7 +12,8 @@
 // it when there, else it reads the block back with get), and the window tier (session::Connector)
 //   Status put(const Key&, std::span<const uint8_t>, double ttl_s)
 //   Result<std::optional<std::vector<uint8_t>>> get(const Key&)
-// The CPU model's states (SequenceState) are what is cut and restored.
+// The model's states are cut and restored through StateBlocks<State> (session_blocks.hpp: the CPU's SequenceState;
+// backend/cuda/session_state.hpp: the GPU's DeviceSequence, which a .cu file includes).
 // Thread safety: a SessionCache holds no mutable state of its own, so several threads may call at_boundary and
 // resume (on their own states) at once when its tiers are thread-safe (DiskStore, WindowPool, RedisConnector are)
 // and the model's const methods are.
@@ -47,6 +48,7 @@ template <class M, class GlobalTier, class WindowTier>
 class SessionCache {
  public:
   using State = typename M::State;
+  using Blocks = StateBlocks<State>;
 
   SessionCache(const M& model, ModelIdentity id, GlobalTier& global, WindowTier& window, SessionOptions o = {})
       : m_(model), id_(id), global_(global), window_(window), o_(o) {}
@@ -76,12 +78,13 @@ class SessionCache {
     auto have = stored(k[size_t(b)]);
     if (!have.ok()) return have.status();
     if (!*have) {
-      auto payload = global_block(m_.shape(), m_.schedule(), st, o_.block, b);
+      auto payload = Blocks::global(m_, st, o_.block, b);
       if (!payload.ok()) return payload.status();
       DSV41_TRY(global_.put(k[size_t(b)], id_, *payload));
     }
-    const std::vector<uint8_t> w = window_at(st);
-    return window_.put(k[size_t(b)], w, o_.window_ttl_s);
+    auto w = Blocks::window(m_, st);
+    if (!w.ok()) return w.status();
+    return window_.put(k[size_t(b)], *w, o_.window_ttl_s);
   }
 
   // Prefill of tokens[st.pos ..) on st (which has processed tokens[0, st.pos)), in chunks that end at block
@@ -110,26 +113,26 @@ class SessionCache {
     for (; j < int64_t(k.size()); ++j) {
       auto g = global_.get(k[size_t(j)], id_);
       if (!g.ok() || !*g) break;  // a tier's error is a miss: recompute, never fail the request for it
-      if (!append_global_block(s, m_.schedule(), st, o_.block, j, **g).ok()) break;
+      if (!Blocks::append_global(m_, st, o_.block, j, **g).ok()) break;
     }
     if (j == 0) {
-      clear(st);
+      DSV41_TRY(Blocks::clear(m_, st));
       return info;
     }
     // Entries past a refused block may have been appended partly: cut every layer back to j blocks.
-    truncate(st, j);
+    DSV41_TRY(Blocks::truncate(m_, st, o_.block, j));
     st.pos = j * o_.block;
     const size_t keep = size_t(std::max(s.engram_max_ngram_size - 1, 0));
     st.history.assign(prompt.begin() + std::ptrdiff_t(st.pos - std::min<int64_t>(st.pos, int64_t(keep))),
                       prompt.begin() + std::ptrdiff_t(st.pos));
     auto w = window_.get(k[size_t(j - 1)]);
-    if (w.ok() && *w && restore_window(st, **w).ok()) {
+    if (w.ok() && *w && Blocks::restore(m_, st, **w).ok()) {
       info.window_hit = true;
     } else if (o_.exact) {
-      clear(st);
+      DSV41_TRY(Blocks::clear(m_, st));
       return info;
     } else {
-      st.drop_windows();
+      DSV41_TRY(Blocks::drop_windows(m_, st));
       const int64_t need = std::min<int64_t>(st.pos, s.sliding_window + int64_t(keep));
       DSV41_TRY(m_.replay_window(st, prompt.subspan(size_t(st.pos - need), size_t(need))));
       info.replayed_tokens = std::min<int64_t>(st.pos, s.sliding_window);
@@ -150,18 +153,6 @@ class SessionCache {
       auto have = global_.get(k, id_);
       if (!have.ok()) return have.status();
       return Result<bool>(have->has_value());
-    }
-  }
-  void clear(State& st) const { st = m_.new_sequence(st.max_positions); }
-  void truncate(State& st, int64_t blocks) const {
-    const int me = kv::MainKvEntry::bytes(m_.shape().head_dim), ie = kv::IndexKey::bytes(m_.shape().index_head_dim);
-    for (const LayerRole& r : m_.schedule()) {
-      if (r.mode != AttnMode::Full) continue;
-      LayerState& ls = st.layers[size_t(r.id)];
-      const int64_t n = blocks * o_.block / r.ratio;
-      ls.n_entries = n;
-      ls.comp.resize(size_t(n) * me);
-      ls.ikeys.resize(size_t(n) * ie);
     }
   }
 
