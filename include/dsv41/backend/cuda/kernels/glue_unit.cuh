@@ -90,7 +90,8 @@ __global__ void taps_kernel(const bf16_t* __restrict__ H, int S, int hc, int d, 
 
 // One CTA per token: the whole mhc_step (mhc.cuh) for any d and HC ≤ 8 (the fast version needs HC = 4 and
 // d % 256 == 0). The collapsed row is recomputed for the norm (same operations: same values), so no shared
-// memory grows with d.
+// memory grows with d. The sums of squares run in one thread each (the CPU's order): O(hc·d) serial steps, a
+// price this path (odd shapes, tiny models) pays for BF16 outputs that round as the CPU's.
 template <int HC>
 __global__ void __launch_bounds__(256) mhc_generic_kernel(const MhcParams p) {
   constexpr int NM = (2 + HC) * HC, NQ = NM + 2;
@@ -98,9 +99,9 @@ __global__ void __launch_bounds__(256) mhc_generic_kernel(const MhcParams p) {
   __shared__ float q[NQ];
   const int t = blockIdx.x, d = p.d;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float acc[NQ];
+  float acc[NM];  // the NM dot products; the two sums of squares come after, in the CPU's order
 #pragma unroll
-  for (int o = 0; o < NQ; ++o) acc[o] = 0.f;
+  for (int o = 0; o < NM; ++o) acc[o] = 0.f;
   const float* mp = p.x ? p.mix_prev + int64_t(t) * NM : nullptr;
   const float* pu = p.pre_use + int64_t(t) * p.pre_stride;
   for (int i = threadIdx.x; i < d; i += blockDim.x) {
@@ -121,13 +122,6 @@ __global__ void __launch_bounds__(256) mhc_generic_kernel(const MhcParams p) {
 #pragma unroll
       for (int k = 0; k < HC; ++k) h[k] = ho[k];
     }
-    float v = 0.f;
-#pragma unroll
-    for (int j = 0; j < HC; ++j) v = __fadd_rn(v, __fmul_rn(pu[j], h[j]));
-    v = bf16r(v);
-    acc[NM + 1] += v * v;
-#pragma unroll
-    for (int k = 0; k < HC; ++k) acc[NM] += h[k] * h[k];
 #pragma unroll
     for (int o = 0; o < NM; ++o) {
       const float* f = p.fn + int64_t(o) * HC * d + i;
@@ -136,15 +130,37 @@ __global__ void __launch_bounds__(256) mhc_generic_kernel(const MhcParams p) {
     }
   }
 #pragma unroll
-  for (int o = 0; o < NQ; ++o) {
+  for (int o = 0; o < NM; ++o) {
     const float s = warp_sum(acc[o]);
     if (lane == 0) red[o][warp] = s;
   }
   __syncthreads();
-  if (threadIdx.x < NQ) {
+  if (threadIdx.x < NM) {
     float s = 0.f;
     for (int w = 0; w < int(blockDim.x >> 5); ++w) s += red[threadIdx.x][w];
     q[threadIdx.x] = s;
+  }
+  __syncthreads();  // also makes every thread's H_out columns visible to the block
+  const bf16_t* Hs = p.x ? p.H_out : p.H_in;
+  // The two sums of squares again, in the CPU's order (cpu::hc_mixes and cpu::rmsnorm sum sequentially), so the
+  // norm's BF16 outputs round as the CPU's do: on a tiny DSpark block one flipped value of x_attn moves every row.
+  if (threadIdx.x == 0) {
+    float ss = 0.f;
+    for (int i = 0; i < d; ++i) {
+      float v = 0.f;
+      for (int j = 0; j < HC; ++j) v = __fadd_rn(v, __fmul_rn(pu[j], bf2f(Hs[(int64_t(t) * HC + j) * d + i])));
+      v = bf16r(v);
+      ss = __fadd_rn(ss, __fmul_rn(v, v));
+    }
+    q[NM + 1] = ss;
+  } else if (threadIdx.x == 32) {
+    float ss = 0.f;
+    const bf16_t* row = Hs + int64_t(t) * HC * d;
+    for (int i = 0; i < HC * d; ++i) {
+      const float h = bf2f(row[i]);
+      ss = __fadd_rn(ss, __fmul_rn(h, h));
+    }
+    q[NM] = ss;
   }
   __syncthreads();
   if (threadIdx.x == 0) {  // the coefficients, as mhc_finish_kernel (the reference's operation order)
@@ -152,7 +168,6 @@ __global__ void __launch_bounds__(256) mhc_generic_kernel(const MhcParams p) {
                                  p.mix_out + int64_t(t) * ((2 + HC) * HC));
   }
   const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(q[NM + 1], float(d)), p.norm_eps)));
-  const bf16_t* Hs = p.x ? p.H_out : p.H_in;  // this thread's own columns (written above when x is given)
   for (int i = threadIdx.x; i < d; i += blockDim.x) {
     float v = 0.f;
 #pragma unroll
