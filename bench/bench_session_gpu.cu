@@ -386,7 +386,8 @@ int main(int argc, char** argv) {
       const std::vector<int32_t> ids(size_t(opt.chunk), 5);
       DSV41_TRY(m.prefill(*w, ids));
       DSV41_TRY(m.drop_windows(*w));
-      return m.replay_window(*w, std::span<const int32_t>(ids).last(size_t(s.sliding_window)));
+      const size_t need = size_t(s.sliding_window + std::max(s.engram_max_ngram_size - 1, 0));  // W + N − 1
+      return m.replay_window(*w, std::span<const int32_t>(ids).last(need));
     }();
     if (!e.ok()) {
       std::fprintf(stderr, "warm-up: %s\n", e.message().c_str());

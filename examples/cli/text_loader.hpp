@@ -127,13 +127,11 @@ class TextEngineOf : public TextEngine {
 };
 
 // Turns sessions on for e as s asks; returns the directory used, "" when off. An explicit --cache-dir that cannot
-// be used is an error; the default directory that cannot be (--device cuda, no xxhash.h, no HOME, not creatable)
+// be used is an error; the default directory that cannot be (no xxhash.h, no HOME, not creatable)
 // leaves sessions off with a one-line note on stderr.
 inline Result<std::string> start_sessions(TextEngine& e, const LoadArgs& a, const SessionArgs& s, const char* who) {
   if (s.no_cache) return Result<std::string>(std::string());
   if (!s.cache_dir.empty()) {
-    if (a.device == "cuda")
-      return error(Code::unsupported, "--cache-dir: session stores hold CPU states for now (use --device cpu)");
     DSV41_TRY(e.enable_sessions(a.model_dir, s.cache_dir, s.block));
     return Result<std::string>(s.cache_dir);
   }
@@ -141,7 +139,6 @@ inline Result<std::string> start_sessions(TextEngine& e, const LoadArgs& a, cons
     std::fprintf(stderr, "%s: note: running without sessions (%s)\n", who, why.c_str());
     return Result<std::string>(std::string());
   };
-  if (a.device == "cuda") return off("they are CPU-only for now; --no-cache silences this");
 #if !DSV41_CLI_SESSIONS
   return off("built without xxhash.h");
 #else
