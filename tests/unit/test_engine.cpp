@@ -1,0 +1,416 @@
+// The continuous-batching engine (runtime/engine.hpp) on tiny-ced: each request's tokens equal generate()
+// run alone with the same options, the step budget, cancellation, per-request errors and admission bounds.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <dsv41/runtime/engine.hpp>
+#include <dsv41/runtime/generate.hpp>
+
+#include "fixture.hpp"
+
+#ifndef DSV41_FIXTURES
+#define DSV41_FIXTURES "tests/data/golden"
+#endif
+
+using namespace dsv41;
+
+namespace {
+
+using test::TinyModel;
+using TinyEngine = Engine<TinyModel>;
+
+const TinyModel& tiny() { return test::tiny_ced(); }
+
+Request make_request(int n, int seed, int max_tokens, SamplingParams sp = {}) {
+  Request r;
+  r.prompt = test::tiny_prompt(n, seed, 7);
+  r.max_tokens = max_tokens;
+  r.sampling = sp;
+  return r;
+}
+
+SamplingParams sampled(float t, uint64_t seed, int top_k = 0, float top_p = 1.f, float min_p = 0.f) {
+  SamplingParams p;
+  p.temperature = t;
+  p.seed = seed;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  return p;
+}
+
+// The request run alone through generate() in a sequence of capacity cap (0: room for everything).
+GenerateResult alone(const Request& r, int64_t cap = 0) {
+  GenerateOptions o;
+  o.max_tokens = r.max_tokens;
+  o.sampling = r.sampling;
+  o.stop_ids = r.stop_ids;
+  auto st = tiny().new_sequence(cap > 0 ? cap : int64_t(r.prompt.size()) + r.max_tokens + 4);
+  auto g = generate(tiny(), st, r.prompt, o);
+  REQUIRE(g.ok());
+  return *g;
+}
+
+RequestFinish expected_finish(FinishReason f) {
+  switch (f) {
+    case FinishReason::stop: return RequestFinish::stop;
+    case FinishReason::cancelled: return RequestFinish::cancelled;
+    default: return RequestFinish::length;
+  }
+}
+
+TinyEngine make_engine(const EngineOptions& o) {
+  auto e = TinyEngine::make(tiny(), o);
+  REQUIRE(e.ok());
+  return std::move(*e);
+}
+
+RequestInfo info(const TinyEngine& e, RequestId id) {
+  auto i = e.poll(id);
+  REQUIRE(i.ok());
+  return *i;
+}
+
+// Tokens a callback collected, per request.
+struct Collected {
+  std::map<RequestId, std::vector<int32_t>> tokens;
+  std::map<RequestId, int> finished;
+  int cancel_after = -1;  // on_token returns false at this many tokens
+};
+bool collect(void* c, RequestId id, int32_t t) {
+  auto* k = static_cast<Collected*>(c);
+  k->tokens[id].push_back(t);
+  return k->cancel_after < 0 || int(k->tokens[id].size()) < k->cancel_after;
+}
+void count_finish(void* c, RequestId id) { ++static_cast<Collected*>(c)->finished[id]; }
+
+}  // namespace
+
+TEST_CASE("engine: options are checked", "[engine]") {
+  EngineOptions o;
+  o.max_running = 8;
+  o.step_tokens = 8;
+  auto e = TinyEngine::make(tiny(), o);
+  CHECK(e.status().code() == Code::invalid_argument);
+  CHECK(e.status().message().find("step_tokens") != std::string::npos);
+  o.step_tokens = 9;
+  o.max_running = 0;
+  CHECK(TinyEngine::make(tiny(), o).status().code() == Code::invalid_argument);
+  o.max_running = 4;
+  CHECK(TinyEngine::make(tiny(), o).ok());
+}
+
+TEST_CASE("engine: concurrent requests each equal generate() alone", "[engine]") {
+  std::vector<Request> reqs;
+  reqs.push_back(make_request(5, 1, 12));
+  reqs.push_back(make_request(9, 2, 12, sampled(0.8f, 11)));
+  reqs.push_back(make_request(13, 3, 12, sampled(1.0f, 12, 40)));
+  reqs.push_back(make_request(17, 4, 12));
+  reqs.push_back(make_request(21, 5, 12, sampled(1.3f, 13, 0, 0.9f)));
+  reqs.push_back(make_request(30, 6, 10, sampled(0.7f, 14, 0, 1.f, 0.05f)));
+  reqs.push_back(make_request(11, 7, 12, sampled(1.0f, 12, 40)));  // request 2's options, another prompt
+  // A stop id: the fourth greedy token of request 3's prompt.
+  {
+    const auto full = alone(reqs[3]).tokens;
+    REQUIRE(full.size() == 12);
+    reqs[3].stop_ids = {full[3], 511};
+  }
+  std::vector<GenerateResult> want;
+  for (const auto& r : reqs) want.push_back(alone(r));
+  CHECK(want[3].finish == FinishReason::stop);
+  // The sampled requests really sample: with another seed request 1 differs.
+  {
+    Request other = reqs[1];
+    other.sampling.seed = 99;
+    CHECK(alone(other).tokens != want[1].tokens);
+  }
+
+  for (int prefill_chunk : {0, 4}) {
+    EngineOptions o;
+    o.step_tokens = 16;
+    o.max_running = 8;
+    o.prefill_chunk = prefill_chunk;
+    TinyEngine e = make_engine(o);
+    Collected col;
+    std::vector<RequestId> ids;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      Request r = reqs[i];
+      if (i % 2 == 1) {  // half push through the callback, half are pulled
+        r.on_token = collect;
+        r.ctx = &col;
+      }
+      r.on_finish = count_finish;
+      r.ctx = &col;
+      auto id = e.submit(r);
+      REQUIRE(id.ok());
+      ids.push_back(*id);
+    }
+    std::map<RequestId, std::vector<int32_t>> pulled;
+    int most_decoded = 0, steps = 0;
+    while (!e.idle()) {
+      const StepStats ss = e.step();
+      ++steps;
+      REQUIRE(steps < 200);
+      CHECK(ss.decoded + ss.prefilled <= o.step_tokens);
+      if (prefill_chunk > 0) CHECK(ss.prefilled <= prefill_chunk * int(reqs.size()));
+      most_decoded = std::max(most_decoded, ss.decoded);
+      for (RequestId id : ids) {
+        auto t = e.take_tokens(id);
+        REQUIRE(t.ok());
+        pulled[id].insert(pulled[id].end(), t->begin(), t->end());
+      }
+    }
+    INFO("prefill_chunk " << prefill_chunk << ", steps " << steps);
+    CHECK(most_decoded >= 4);  // the requests really shared decode steps
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      INFO("request " << i);
+      const RequestInfo ri = info(e, ids[i]);
+      const auto& got = i % 2 == 1 ? col.tokens[ids[i]] : pulled[ids[i]];
+      CHECK(got == want[i].tokens);
+      CHECK(ri.phase == RequestPhase::finished);
+      CHECK(ri.finish == expected_finish(want[i].finish));
+      CHECK(ri.prompt_tokens == int64_t(reqs[i].prompt.size()));
+      CHECK(ri.prompt_done == ri.prompt_tokens);
+      CHECK(ri.completion_tokens == int64_t(want[i].tokens.size()));
+      CHECK(ri.unread == 0);
+      CHECK(col.finished[ids[i]] == 1);
+      if (i == 3) CHECK(ri.stop_id == want[3].stop_id);
+    }
+    CHECK(e.counts().cache_bytes == 0);
+    // Forgotten requests are unknown.
+    REQUIRE(e.release(ids[0]).ok());
+    CHECK(e.poll(ids[0]).status().code() == Code::invalid_argument);
+  }
+}
+
+TEST_CASE("engine: a long prefill leaves a running decode one token per step", "[engine]") {
+  EngineOptions o;
+  o.step_tokens = 16;
+  o.max_running = 4;
+  TinyEngine e = make_engine(o);
+  const Request a = make_request(6, 21, 30, sampled(0.9f, 5));
+  const Request b = make_request(150, 22, 4);
+  auto ia = e.submit(a);
+  REQUIRE(ia.ok());
+  e.step();
+  REQUIRE(info(e, *ia).phase == RequestPhase::decoding);
+  auto ib = e.submit(b);
+  REQUIRE(ib.ok());
+  int prefill_steps = 0;
+  while (info(e, *ib).phase != RequestPhase::decoding) {
+    const int64_t before_a = info(e, *ia).completion_tokens, before_b = info(e, *ib).prompt_done;
+    const StepStats ss = e.step();
+    const RequestInfo ra = info(e, *ia), rb = info(e, *ib);
+    CHECK(ss.decoded == 1);
+    CHECK(ra.completion_tokens == before_a + 1);  // the decode was not held back by the prefill
+    // The prefill took the rest of the budget (or what was left of the prompt).
+    CHECK(rb.prompt_done - before_b == std::min<int64_t>(15, 150 - before_b));
+    CHECK(ss.prefilled == rb.prompt_done - before_b);
+    REQUIRE(++prefill_steps <= 10);
+  }
+  CHECK(prefill_steps == 10);  // ceil(150 / 15)
+  e.run_until_idle();
+  auto ta = e.take_tokens(*ia), tb = e.take_tokens(*ib);
+  REQUIRE(ta.ok());
+  REQUIRE(tb.ok());
+  CHECK(*ta == alone(a).tokens);
+  CHECK(*tb == alone(b).tokens);
+}
+
+TEST_CASE("engine: prefill order, first admitted first or round robin", "[engine]") {
+  for (bool rr : {false, true}) {
+    EngineOptions o;
+    o.step_tokens = 16;
+    o.max_running = 2;
+    o.round_robin_prefill = rr;
+    TinyEngine e = make_engine(o);
+    const Request c1 = make_request(40, 31, 3), c2 = make_request(40, 32, 3, sampled(1.1f, 3));
+    auto i1 = e.submit(c1), i2 = e.submit(c2);
+    REQUIRE(i1.ok());
+    REQUIRE(i2.ok());
+    e.step();
+    e.step();
+    INFO("round robin " << rr);
+    if (rr) {
+      CHECK(info(e, *i1).prompt_done == 16);
+      CHECK(info(e, *i2).prompt_done == 16);
+    } else {
+      CHECK(info(e, *i1).prompt_done == 32);
+      CHECK(info(e, *i2).prompt_done == 0);
+    }
+    e.run_until_idle();
+    CHECK(*e.take_tokens(*i1) == alone(c1).tokens);
+    CHECK(*e.take_tokens(*i2) == alone(c2).tokens);
+  }
+}
+
+TEST_CASE("engine: cancel frees the slot at once; the next request starts in the next step", "[engine]") {
+  EngineOptions o;
+  o.step_tokens = 8;
+  o.max_running = 1;
+  o.max_queued = 3;
+  TinyEngine e = make_engine(o);
+  Collected col;
+  Request a = make_request(40, 41, 5), b = make_request(6, 42, 5, sampled(0.8f, 8)), c = make_request(7, 43, 5);
+  for (Request* r : {&a, &b, &c}) {
+    r->on_finish = count_finish;
+    r->ctx = &col;
+  }
+  auto ia = e.submit(a), ib = e.submit(b), ic = e.submit(c);
+  REQUIRE(ia.ok());
+  REQUIRE(ib.ok());
+  REQUIRE(ic.ok());
+  e.step();
+  REQUIRE(info(e, *ia).phase == RequestPhase::prefilling);
+  CHECK(info(e, *ia).prompt_done == 8);
+  CHECK(info(e, *ib).phase == RequestPhase::queued);
+  CHECK(e.counts().cache_bytes == info(e, *ia).cache_bytes);
+
+  // Between prefill chunks: the slot and its bytes are free before any further step.
+  REQUIRE(e.cancel(*ia).ok());
+  RequestInfo ra = info(e, *ia);
+  CHECK(ra.phase == RequestPhase::finished);
+  CHECK(ra.finish == RequestFinish::cancelled);
+  CHECK(ra.prompt_done == 8);
+  CHECK(ra.completion_tokens == 0);
+  CHECK(col.finished[*ia] == 1);
+  CHECK(e.counts().prefilling == 0);
+  CHECK(e.counts().cache_bytes == 0);
+
+  // A queued request cancelled: never admitted.
+  REQUIRE(e.cancel(*ic).ok());
+  CHECK(info(e, *ic).finish == RequestFinish::cancelled);
+  CHECK(info(e, *ic).prompt_done == 0);
+  CHECK(e.counts().queued == 1);
+
+  const StepStats ss = e.step();
+  CHECK(ss.admitted == 1);
+  CHECK(ss.prefilled == 6);
+  CHECK(info(e, *ib).phase == RequestPhase::decoding);  // prefilled and its first token returned
+  CHECK(info(e, *ib).completion_tokens == 1);
+  e.run_until_idle();
+  CHECK(*e.take_tokens(*ib) == alone(b).tokens);
+  CHECK(e.cancel(*ib).ok());  // finished: stays as it was
+  CHECK(info(e, *ib).finish == RequestFinish::length);
+  CHECK(col.finished[*ia] == 1);
+  CHECK(col.finished[*ib] == 1);
+  CHECK(col.finished[*ic] == 1);
+  CHECK(e.cancel(12345).code() == Code::invalid_argument);
+
+  // A callback returning false cancels after its token.
+  col.cancel_after = 2;
+  Request d = make_request(6, 44, 8);
+  d.on_token = collect;
+  d.ctx = &col;
+  auto id = e.submit(d);
+  REQUIRE(id.ok());
+  e.run_until_idle();
+  CHECK(info(e, *id).finish == RequestFinish::cancelled);
+  CHECK(info(e, *id).completion_tokens == 2);
+  const auto full = alone(d).tokens;
+  CHECK(col.tokens[*id] == std::vector<int32_t>(full.begin(), full.begin() + 2));
+}
+
+TEST_CASE("engine: a bad request fails alone; the others finish", "[engine]") {
+  EngineOptions o;
+  o.step_tokens = 16;
+  o.max_running = 4;
+  o.max_positions = 32;
+  TinyEngine e = make_engine(o);
+  const Request ok1 = make_request(10, 51, 6), ok2 = make_request(12, 52, 6, sampled(0.9f, 5));
+  const Request full = make_request(30, 53, 10);  // runs into the 32 positions after 3 tokens
+  Request too_long = make_request(40, 54, 4), bad_p = make_request(5, 55, 4, sampled(1.f, 1, 0, 2.f)),
+          bad_id = make_request(5, 56, 4), empty = make_request(5, 57, 4);
+  bad_id.prompt[2] = 9999;
+  empty.prompt.clear();
+  Collected col;
+  for (Request* r : {&too_long, &bad_p, &bad_id, &empty}) {
+    r->on_finish = count_finish;
+    r->ctx = &col;
+  }
+  auto i1 = e.submit(ok1), il = e.submit(too_long), i2 = e.submit(ok2), ip = e.submit(bad_p), ii = e.submit(bad_id),
+       ie = e.submit(empty), ifull = e.submit(full);
+  for (auto* r : {&i1, &il, &i2, &ip, &ii, &ie, &ifull}) REQUIRE(r->ok());
+  const RequestInfo rl = info(e, *il);
+  CHECK(rl.phase == RequestPhase::finished);
+  CHECK(rl.finish == RequestFinish::error);
+  CHECK(rl.status.code() == Code::out_of_range);
+  CHECK(rl.status.message().find("prompt of 40 tokens") != std::string::npos);
+  CHECK(info(e, *ip).status.code() == Code::invalid_argument);
+  CHECK(info(e, *ip).status.message().find("top_p") != std::string::npos);
+  CHECK(info(e, *ii).status.message().find("9999") != std::string::npos);
+  CHECK(info(e, *ie).status.message().find("empty prompt") != std::string::npos);
+  CHECK(e.counts().queued == 3);  // only the good ones wait
+  CHECK(col.finished.empty());    // told in the next step
+  e.run_until_idle();
+  for (auto* r : {&il, &ip, &ii, &ie}) CHECK(col.finished[**r] == 1);
+  CHECK(*e.take_tokens(*i1) == alone(ok1).tokens);
+  CHECK(*e.take_tokens(*i2) == alone(ok2).tokens);
+  const GenerateResult gf = alone(full, 32);
+  REQUIRE(gf.finish == FinishReason::context_full);
+  CHECK(*e.take_tokens(*ifull) == gf.tokens);
+  CHECK(gf.tokens.size() == 3);
+  CHECK(info(e, *ifull).finish == RequestFinish::length);
+  CHECK(info(e, *i1).finish == RequestFinish::length);
+
+  // A sequence larger than the whole cache budget fails at once.
+  EngineOptions small = o;
+  small.max_cache_bytes = e.sequence_bytes(16) + 1;
+  TinyEngine e2 = make_engine(small);
+  auto big = e2.submit(make_request(20, 58, 4));  // 23 positions
+  REQUIRE(big.ok());
+  CHECK(info(e2, *big).status.code() == Code::resource_exhausted);
+  CHECK(info(e2, *big).status.message().find("max_cache_bytes") != std::string::npos);
+  auto fits = e2.submit(make_request(10, 59, 4));  // 13 positions
+  REQUIRE(fits.ok());
+  e2.run_until_idle();
+  CHECK(info(e2, *fits).finish == RequestFinish::length);
+  CHECK(info(e2, *fits).completion_tokens == 4);
+}
+
+TEST_CASE("engine: admission bounds, a full queue refuses clearly", "[engine]") {
+  EngineOptions o;
+  o.step_tokens = 16;
+  o.max_running = 2;
+  o.max_queued = 3;
+  TinyEngine e = make_engine(o);
+  std::vector<Request> reqs;
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 5; ++i) {
+    reqs.push_back(make_request(6 + i, 60 + i, 4, sampled(i % 2 ? 0.9f : 0.f, uint64_t(i))));
+    auto id = e.submit(reqs.back());
+    REQUIRE(id.ok());
+    ids.push_back(*id);
+  }
+  auto refused = e.submit(make_request(6, 70, 4));
+  CHECK(refused.status().code() == Code::resource_exhausted);
+  CHECK(refused.status().message().find("queue full") != std::string::npos);
+  const StepStats ss = e.step();
+  CHECK(ss.admitted == 2);
+  CHECK(e.counts().queued == 3);
+  CHECK(e.submit(make_request(6, 70, 4)).status().code() == Code::resource_exhausted);
+  e.run_until_idle();
+  for (size_t i = 0; i < reqs.size(); ++i) CHECK(*e.take_tokens(ids[i]) == alone(reqs[i]).tokens);
+  CHECK(e.submit(make_request(6, 70, 4)).ok());  // room again
+
+  // The cache budget admits one sequence at a time although two running slots are free.
+  EngineOptions c = o;
+  // Capacities are 9..13 positions: any one fits, no two do.
+  c.max_cache_bytes = 2 * e.sequence_bytes(9) - 1;
+  REQUIRE(e.sequence_bytes(13) <= c.max_cache_bytes);
+  TinyEngine e2 = make_engine(c);
+  ids.clear();
+  for (const auto& r : reqs) ids.push_back(*e2.submit(r));
+  int steps = 0;
+  while (!e2.idle()) {
+    e2.step();
+    const EngineCounts k = e2.counts();
+    CHECK(k.prefilling + k.decoding <= 1);
+    CHECK(k.cache_bytes <= c.max_cache_bytes);
+    REQUIRE(++steps < 100);
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) CHECK(*e2.take_tokens(ids[i]) == alone(reqs[i]).tokens);
+}
