@@ -48,6 +48,7 @@ GenerateResult alone(const Request& r, int64_t cap = 0) {
   o.max_tokens = r.max_tokens;
   o.sampling = r.sampling;
   o.stop_ids = r.stop_ids;
+  o.speculative = r.speculative;
   auto st = tiny().new_sequence(cap > 0 ? cap : int64_t(r.prompt.size()) + r.max_tokens + 4);
   auto g = generate(tiny(), st, r.prompt, o);
   REQUIRE(g.ok());
@@ -66,6 +67,12 @@ TinyEngine make_engine(const EngineOptions& o) {
   auto e = TinyEngine::make(tiny(), o);
   REQUIRE(e.ok());
   return std::move(*e);
+}
+
+// Runs the engine until idle, within a bound (a request that never leaves would hang the test).
+void drain(TinyEngine& e) {
+  e.run_until_idle(500);
+  REQUIRE(e.idle());
 }
 
 RequestInfo info(const TinyEngine& e, RequestId id) {
@@ -212,7 +219,7 @@ TEST_CASE("engine: a long prefill leaves a running decode one token per step", "
     REQUIRE(++prefill_steps <= 10);
   }
   CHECK(prefill_steps == 10);  // ceil(150 / 15)
-  e.run_until_idle();
+  drain(e);
   auto ta = e.take_tokens(*ia), tb = e.take_tokens(*ib);
   REQUIRE(ta.ok());
   REQUIRE(tb.ok());
@@ -241,7 +248,7 @@ TEST_CASE("engine: prefill order, first admitted first or round robin", "[engine
       CHECK(info(e, *i1).prompt_done == 32);
       CHECK(info(e, *i2).prompt_done == 0);
     }
-    e.run_until_idle();
+    drain(e);
     CHECK(*e.take_tokens(*i1) == alone(c1).tokens);
     CHECK(*e.take_tokens(*i2) == alone(c2).tokens);
   }
@@ -291,7 +298,7 @@ TEST_CASE("engine: cancel frees the slot at once; the next request starts in the
   CHECK(ss.prefilled == 6);
   CHECK(info(e, *ib).phase == RequestPhase::decoding);  // prefilled and its first token returned
   CHECK(info(e, *ib).completion_tokens == 1);
-  e.run_until_idle();
+  drain(e);
   CHECK(*e.take_tokens(*ib) == alone(b).tokens);
   CHECK(e.cancel(*ib).ok());  // finished: stays as it was
   CHECK(info(e, *ib).finish == RequestFinish::length);
@@ -307,7 +314,7 @@ TEST_CASE("engine: cancel frees the slot at once; the next request starts in the
   d.ctx = &col;
   auto id = e.submit(d);
   REQUIRE(id.ok());
-  e.run_until_idle();
+  drain(e);
   CHECK(info(e, *id).finish == RequestFinish::cancelled);
   CHECK(info(e, *id).completion_tokens == 2);
   const auto full = alone(d).tokens;
@@ -345,7 +352,7 @@ TEST_CASE("engine: a bad request fails alone; the others finish", "[engine]") {
   CHECK(info(e, *ie).status.message().find("empty prompt") != std::string::npos);
   CHECK(e.counts().queued == 3);  // only the good ones wait
   CHECK(col.finished.empty());    // told in the next step
-  e.run_until_idle();
+  drain(e);
   for (auto* r : {&il, &ip, &ii, &ie}) CHECK(col.finished[**r] == 1);
   CHECK(*e.take_tokens(*i1) == alone(ok1).tokens);
   CHECK(*e.take_tokens(*i2) == alone(ok2).tokens);
@@ -366,7 +373,7 @@ TEST_CASE("engine: a bad request fails alone; the others finish", "[engine]") {
   CHECK(info(e2, *big).status.message().find("max_cache_bytes") != std::string::npos);
   auto fits = e2.submit(make_request(10, 59, 4));  // 13 positions
   REQUIRE(fits.ok());
-  e2.run_until_idle();
+  drain(e2);
   CHECK(info(e2, *fits).finish == RequestFinish::length);
   CHECK(info(e2, *fits).completion_tokens == 4);
 }
@@ -392,7 +399,7 @@ TEST_CASE("engine: admission bounds, a full queue refuses clearly", "[engine]") 
   CHECK(ss.admitted == 2);
   CHECK(e.counts().queued == 3);
   CHECK(e.submit(make_request(6, 70, 4)).status().code() == Code::resource_exhausted);
-  e.run_until_idle();
+  drain(e);
   for (size_t i = 0; i < reqs.size(); ++i) CHECK(*e.take_tokens(ids[i]) == alone(reqs[i]).tokens);
   CHECK(e.submit(make_request(6, 70, 4)).ok());  // room again
 
@@ -413,4 +420,53 @@ TEST_CASE("engine: admission bounds, a full queue refuses clearly", "[engine]") 
     REQUIRE(++steps < 100);
   }
   for (size_t i = 0; i < reqs.size(); ++i) CHECK(*e2.take_tokens(ids[i]) == alone(reqs[i]).tokens);
+}
+
+TEST_CASE("engine: speculative requests share steps and equal generate()'s speculative tokens", "[engine][spec]") {
+  EngineOptions o;
+  o.step_tokens = 32;
+  o.max_running = 4;
+  std::vector<Request> reqs;
+  reqs.push_back(make_request(8, 81, 14));
+  reqs.push_back(make_request(10, 82, 14, sampled(0.9f, 21)));
+  reqs.push_back(make_request(12, 83, 14));  // plain decode, in the batched decode
+  reqs.push_back(make_request(9, 84, 14, sampled(1.2f, 22, 30)));
+  for (int i : {0, 1, 3}) reqs[size_t(i)].speculative = true;
+  std::vector<GenerateResult> want;
+  for (const auto& r : reqs) want.push_back(alone(r));
+  {
+    Request plain = reqs[0];
+    plain.speculative = false;
+    REQUIRE(alone(plain).tokens == want[0].tokens);  // speculative greedy is greedy
+  }
+  TinyEngine e = make_engine(o);
+  std::vector<RequestId> ids;
+  for (const auto& r : reqs) ids.push_back(*e.submit(r));
+  bool mixed = false;
+  int steps = 0;
+  while (!e.idle()) {
+    const StepStats ss = e.step();
+    CHECK(ss.decoded + ss.verified + ss.prefilled <= o.step_tokens);
+    mixed = mixed || (ss.decoded > 0 && ss.verified > 0);
+    REQUIRE(++steps < 200);
+  }
+  CHECK(mixed);  // verify blocks ran in the same steps as the batched decode
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    INFO("request " << i);
+    const RequestInfo ri = info(e, ids[i]);
+    CHECK(*e.take_tokens(ids[i]) == want[i].tokens);
+    CHECK(ri.finish == expected_finish(want[i].finish));
+    CHECK(ri.spec_steps == want[i].spec_steps);
+    CHECK(ri.drafted == want[i].drafted);
+    CHECK(ri.accepted == want[i].accepted);
+    if (reqs[i].speculative) CHECK(ri.drafted > 0);
+  }
+  // Verify blocks that could starve prefill are refused per request.
+  EngineOptions tight = o;
+  tight.step_tokens = 16;
+  TinyEngine e2 = make_engine(tight);
+  auto bad = e2.submit(reqs[0]);
+  REQUIRE(bad.ok());
+  CHECK(info(e2, *bad).status.code() == Code::invalid_argument);
+  CHECK(info(e2, *bad).status.message().find("step_tokens") != std::string::npos);
 }

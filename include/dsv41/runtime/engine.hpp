@@ -25,6 +25,7 @@
 #include <dsv41/config/accounting.hpp>
 #include <dsv41/core/status.hpp>
 #include <dsv41/model/model.hpp>
+#include <dsv41/runtime/generate.hpp>
 #include <dsv41/runtime/sampler.hpp>
 
 namespace dsv41 {
@@ -52,6 +53,11 @@ struct Request {
   void (*on_finish)(void* ctx, RequestId id) = nullptr;  // once, when the request finishes for any reason
   void* ctx = nullptr;
   bool release_when_done = false;  // forget the request after on_finish (poll then reports it unknown)
+  // DSpark drafts verified in one forward of the request's own (SPEC §4.9, lossless; the tokens equal
+  // generate()'s speculative ones). Needs DSpark stages or a drafter, and step_tokens above
+  // max_running × (dspark_block_size + 1) so that verify blocks never starve prefill.
+  bool speculative = false;
+  int (*drafter)(void* ctx, std::span<const int32_t> generated, int k, int32_t* out) = nullptr;  // as in generate()
 };
 
 enum class RequestPhase { queued, prefilling, decoding, finished };
@@ -76,11 +82,13 @@ struct RequestInfo {
   int64_t prompt_tokens = 0, prompt_done = 0, completion_tokens = 0;
   size_t unread = 0;             // tokens take_tokens() would return
   int64_t cache_bytes = 0;       // the estimate reserved for its sequence
+  int64_t spec_steps = 0, drafted = 0, accepted = 0;  // speculative requests
 };
 
 struct StepStats {
   int admitted = 0;     // requests given a sequence
   int decoded = 0;      // decode tokens (requests in the batched decode)
+  int verified = 0;     // tokens of speculative verify blocks
   int prefilled = 0;    // prompt tokens run
   int finished = 0;     // requests that finished during the step
 };
@@ -206,7 +214,7 @@ class Engine {
     // Decode: every decoding request, one token each, in one call.
     std::vector<Slot*> dec;
     for (Slot* s : active_)
-      if (s->info.phase == RequestPhase::decoding) dec.push_back(s);
+      if (s->info.phase == RequestPhase::decoding && !s->req.speculative) dec.push_back(s);
     if (!dec.empty()) {
       std::vector<typename M::DecodeItem> items;
       for (Slot* s : dec) items.push_back({&*s->state, s->next, &s->logits});
@@ -215,12 +223,18 @@ class Engine {
       for (Slot* s : dec) {
         if (s->info.phase != RequestPhase::decoding) continue;  // cancelled by an earlier callback
         if (!st.ok()) fail(*s, Status(st.code(), "decode: " + st.message()));
-        else emit(*s, s->sampler.sample(s->logits));
+        else emit(*s, s->sampler.sample(s->logits), s->state->pos);
       }
     }
+    // Speculative requests: a draft block each, verified in its own forward.
+    std::vector<Slot*> spec;
+    for (Slot* s : active_)
+      if (s->info.phase == RequestPhase::decoding && s->req.speculative) spec.push_back(s);
+    for (Slot* s : spec)
+      if (s->info.phase == RequestPhase::decoding) ss.verified += speculate(*s);
 
     // Prefill in the rest of the budget.
-    int budget = opt_.step_tokens - ss.decoded;
+    int budget = opt_.step_tokens - ss.decoded - ss.verified;
     std::vector<Slot*> pre;
     for (Slot* s : active_)
       if (s->info.phase == RequestPhase::prefilling) pre.push_back(s);
@@ -248,7 +262,7 @@ class Engine {
         continue;
       }
       s->info.phase = RequestPhase::decoding;
-      emit(*s, s->sampler.sample(s->logits));
+      emit(*s, s->sampler.sample(s->logits), s->state->pos);
     }
 
     in_step_ = false;
@@ -279,6 +293,8 @@ class Engine {
     std::vector<float> logits;
     int32_t next = 0;  // the last returned token, not yet run
     std::vector<int32_t> unread;
+    std::vector<int32_t> generated;  // every returned token (requests with a drafter)
+    SpecScratch spec;
   };
 
   Engine(const M& m, const EngineOptions& o) : model_(&m), opt_(o), bytes_(cache_bytes(m.shape())) {}
@@ -297,6 +313,11 @@ class Engine {
     const Request& r = s.req;
     if (r.prompt.empty()) return error(Code::invalid_argument, "request: empty prompt");
     if (r.max_tokens < 0) return error(Code::invalid_argument, "request: max_tokens must be >= 0");
+    if (r.speculative && !r.drafter && sh.n_dspark() == 0)
+      return error(Code::unsupported, "request: speculative decoding needs DSpark stages or a drafter");
+    if (r.speculative && int64_t(opt_.step_tokens) <= int64_t(opt_.max_running) * (sh.dspark_block_size + 1))
+      return error(Code::invalid_argument, "request: speculative decoding needs step_tokens above max_running × " +
+                                               std::to_string(sh.dspark_block_size + 1) + " (the verify block)");
     DSV41_TRY(validate(r.sampling));
     for (int32_t id : r.prompt)
       if (id < 0 || id >= sh.vocab_size)
@@ -338,9 +359,42 @@ class Engine {
     }
   }
 
-  // Returns token t to the request and decides whether it continues (same rules as generate()).
-  void emit(Slot& s, int32_t t) {
+  // One speculative step of a decoding request (generate()'s rules); returns the tokens it ran.
+  int speculate(Slot& s) {
+    State& st = *s.state;
+    const int k = int(std::min<int64_t>({int64_t(model_->shape().dspark_block_size),
+                                         int64_t(s.req.max_tokens) - s.info.completion_tokens - 1,
+                                         st.max_positions - st.pos - 1}));
+    auto step = speculative_step(*model_, st, s.next, k, s.sampler, s.req.drafter, s.req.ctx,
+                                 std::span<const int32_t>(s.generated), s.spec);
+    if (!step.ok()) {
+      fail(s, Status(step.status().code(), "speculative step: " + step.status().message()));
+      return 0;
+    }
+    const std::vector<int32_t>& block = s.spec.block;
+    const Verdict v = step->verdict;
+    if (block.size() > 1) {
+      ++s.info.spec_steps;
+      s.info.drafted += int64_t(block.size()) - 1;
+      s.info.accepted += v.accepted;
+    }
+    const int64_t base = step->snapshot.pos;
+    int returned = 0;
+    auto alive = [&] { return s.info.phase == RequestPhase::decoding; };
+    for (int i = 1; i <= v.accepted && alive(); ++i) emit(s, block[i], base + ++returned);
+    if (alive()) emit(s, v.next, base + ++returned);
+    if (alive()) {  // a finished request's sequence is gone: nothing to roll back
+      if (Status r = rollback(*model_, st, step->snapshot, returned); !r.ok())
+        fail(s, Status(r.code(), "speculative rollback: " + r.message()));
+    }
+    return int(block.size());
+  }
+
+  // Returns token t to the request and decides whether it continues (same rules as generate()). held: the
+  // positions its sequence holds if it ends with t.
+  void emit(Slot& s, int32_t t, int64_t held) {
     ++s.info.completion_tokens;
+    if (s.req.drafter) s.generated.push_back(t);
     if (s.req.on_token) {
       if (!s.req.on_token(s.req.ctx, s.id, t)) return finish(s, RequestFinish::cancelled);
       if (s.info.phase == RequestPhase::finished) return;  // the callback cancelled it
@@ -351,7 +405,7 @@ class Engine {
       s.info.stop_id = t;
       return finish(s, RequestFinish::stop);
     }
-    if (s.info.completion_tokens >= s.req.max_tokens || s.state->pos >= s.state->max_positions)
+    if (s.info.completion_tokens >= s.req.max_tokens || held >= s.state->max_positions)
       return finish(s, RequestFinish::length);
     s.next = t;
   }
