@@ -144,7 +144,7 @@ class Engine {
     if (Status bad = check(*s); !bad.ok()) {
       s->info.phase = RequestPhase::finished;
       s->info.finish = RequestFinish::error;
-      s->info.status = std::move(bad);
+      store(s->info.status, std::move(bad));
       pending_notify_.push_back(s->id);
       return s->id;
     }
@@ -299,6 +299,8 @@ class Engine {
 
   Engine(const M& m, const EngineOptions& o) : model_(&m), opt_(o), bytes_(cache_bytes(m.shape())) {}
 
+  // Status is [[nodiscard]]: its operator= result is dropped on purpose (nvcc warns otherwise).
+  static void store(Status& to, Status from) { static_cast<void>(to = std::move(from)); }
   static Status unknown(RequestId id) {
     return error(Code::invalid_argument, "engine: unknown request " + std::to_string(id));
   }
@@ -411,7 +413,7 @@ class Engine {
   }
 
   void fail(Slot& s, Status st) {
-    s.info.status = std::move(st);
+    store(s.info.status, std::move(st));
     finish(s, RequestFinish::error);
   }
 
