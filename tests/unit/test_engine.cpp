@@ -470,3 +470,66 @@ TEST_CASE("engine: speculative requests share steps and equal generate()'s specu
   CHECK(info(e2, *bad).status.code() == Code::invalid_argument);
   CHECK(info(e2, *bad).status.message().find("step_tokens") != std::string::npos);
 }
+
+namespace {
+// Cancels another request from a token callback; the request itself is released when done.
+struct CrossCancel {
+  TinyEngine* e = nullptr;
+  RequestId victim = 0;
+  std::vector<int32_t> seen;
+};
+bool cancel_victim(void* c, RequestId, int32_t t) {
+  auto* x = static_cast<CrossCancel*>(c);
+  x->seen.push_back(t);
+  if (x->seen.size() == 2) REQUIRE(x->e->cancel(x->victim).ok());
+  return true;
+}
+}  // namespace
+
+TEST_CASE("engine: priorities order admission; callbacks may cancel others", "[engine]") {
+  EngineOptions o;
+  o.step_tokens = 16;
+  o.max_running = 1;
+  TinyEngine e = make_engine(o);
+  Request lo1 = make_request(5, 91, 2), lo2 = make_request(5, 92, 2), hi = make_request(5, 93, 2);
+  hi.priority = 5;
+  auto i1 = e.submit(lo1), i2 = e.submit(lo2), ih = e.submit(hi);
+  REQUIRE(i1.ok());
+  REQUIRE(i2.ok());
+  REQUIRE(ih.ok());
+  e.step();
+  CHECK(info(e, *ih).phase == RequestPhase::decoding);  // admitted first although submitted last
+  CHECK(info(e, *i1).phase == RequestPhase::queued);
+  e.step();  // hi's second token: finished
+  CHECK(info(e, *ih).finish == RequestFinish::length);
+  e.step();
+  CHECK(info(e, *i1).phase != RequestPhase::queued);  // then arrival order
+  CHECK(info(e, *i2).phase == RequestPhase::queued);
+  drain(e);
+
+  // In one decode batch, x's callback cancels y after x's second token.
+  EngineOptions o2;
+  o2.step_tokens = 16;
+  o2.max_running = 2;
+  TinyEngine e2 = make_engine(o2);
+  CrossCancel cc;
+  cc.e = &e2;
+  Request x = make_request(4, 94, 6), y = make_request(4, 95, 6);
+  x.on_token = cancel_victim;
+  x.ctx = &cc;
+  x.release_when_done = true;
+  auto ix = e2.submit(x), iy = e2.submit(y);
+  REQUIRE(ix.ok());
+  REQUIRE(iy.ok());
+  cc.victim = *iy;
+  drain(e2);
+  CHECK(cc.seen == alone(x).tokens);
+  CHECK(e2.poll(*ix).status().code() == Code::invalid_argument);  // released once done
+  const RequestInfo ry = info(e2, *iy);
+  CHECK(ry.finish == RequestFinish::cancelled);
+  // Both got their first token in the prefill step; x comes first in the decode batch, so y is cancelled
+  // before its second token is returned.
+  CHECK(ry.completion_tokens == 1);
+  CHECK(*e2.take_tokens(*iy) == std::vector<int32_t>{alone(y).tokens[0]});
+  CHECK(e2.counts().cache_bytes == 0);
+}
