@@ -533,3 +533,89 @@ TEST_CASE("engine: priorities order admission; callbacks may cancel others", "[e
   CHECK(*e2.take_tokens(*iy) == std::vector<int32_t>{alone(y).tokens[0]});
   CHECK(e2.counts().cache_bytes == 0);
 }
+
+namespace {
+// A session store in memory: the whole state at each recorded boundary, keyed by the tokens it holds.
+struct MemoryStore {
+  int block = 8;
+  std::map<std::vector<int32_t>, SequenceState> states;
+  std::vector<int64_t> recorded;  // boundary positions, in order
+  bool fail_resume = false;
+};
+SessionHooks<SequenceState> memory_hooks(MemoryStore& ms) {
+  SessionHooks<SequenceState> h;
+  h.ctx = &ms;
+  h.block = ms.block;
+  h.resume = [](void* c, SequenceState& st, std::span<const int32_t> ids) -> Result<int64_t> {
+    auto* m = static_cast<MemoryStore*>(c);
+    if (m->fail_resume) {
+      st.pos = 3;  // a store that fails part-way leaves the state dirty
+      return error(Code::io_error, "store offline");
+    }
+    for (int64_t n = (int64_t(ids.size()) - 1) / m->block * m->block; n > 0; n -= m->block) {
+      auto it = m->states.find(std::vector<int32_t>(ids.begin(), ids.begin() + n));
+      if (it == m->states.end()) continue;
+      const int64_t cap = st.max_positions;
+      st = it->second;
+      st.max_positions = cap;
+      return n;
+    }
+    return int64_t(0);
+  };
+  h.boundary = [](void* c, const SequenceState& st, std::span<const int32_t> tokens) {
+    auto* m = static_cast<MemoryStore*>(c);
+    REQUIRE(int64_t(tokens.size()) == st.pos);
+    m->recorded.push_back(st.pos);
+    m->states[std::vector<int32_t>(tokens.begin(), tokens.end())] = st;
+    return Status::Ok();
+  };
+  return h;
+}
+}  // namespace
+
+TEST_CASE("engine: requests resume from a session store and record its boundaries", "[engine][session]") {
+  EngineOptions o;
+  o.step_tokens = 16;
+  o.max_running = 2;
+  TinyEngine e = make_engine(o);
+  MemoryStore ms;
+  e.set_session(memory_hooks(ms));
+  // A: 20 prompt tokens, 6 returned: boundaries at 8 and 16 in prefill, 24 after its fourth decode.
+  const Request a = make_request(20, 101, 6, sampled(0.8f, 3));
+  auto ia = e.submit(a);
+  REQUIRE(ia.ok());
+  drain(e);
+  const auto ta = *e.take_tokens(*ia);
+  CHECK(ta == alone(a).tokens);
+  CHECK(ms.recorded == std::vector<int64_t>{8, 16, 24});
+  CHECK(info(e, *ia).cached_tokens == 0);
+
+  // B continues A's conversation: its first 24 tokens come back from the store.
+  Request b = make_request(3, 102, 5);
+  b.prompt.insert(b.prompt.begin(), ta.begin(), ta.begin() + 5);
+  b.prompt.insert(b.prompt.begin(), a.prompt.begin(), a.prompt.end());  // 20 + 5 + 3 = 28 tokens
+  Request b_cold = b;
+  b_cold.use_session = false;
+  auto ib = e.submit(b), ic = e.submit(b_cold);
+  REQUIRE(ib.ok());
+  REQUIRE(ic.ok());
+  const StepStats first = e.step();
+  CHECK(info(e, *ib).cached_tokens == 24);
+  CHECK(info(e, *ib).prompt_done == 28);       // 4 tokens ran
+  CHECK(info(e, *ic).prompt_done == 12);       // the rest of the budget
+  CHECK(first.prefilled == 16);
+  drain(e);
+  const auto want = alone(b).tokens;
+  CHECK(*e.take_tokens(*ib) == want);
+  CHECK(*e.take_tokens(*ic) == want);
+  CHECK(info(e, *ic).cached_tokens == 0);
+
+  // A failing store is a miss: the request runs cold from a fresh state.
+  ms.fail_resume = true;
+  auto id = e.submit(b);
+  REQUIRE(id.ok());
+  drain(e);
+  CHECK(info(e, *id).finish == RequestFinish::length);
+  CHECK(info(e, *id).cached_tokens == 0);
+  CHECK(*e.take_tokens(*id) == want);
+}

@@ -25,79 +25,12 @@
 #include <dsv41/config/accounting.hpp>
 #include <dsv41/core/status.hpp>
 #include <dsv41/model/model.hpp>
+#include <dsv41/runtime/engine_types.hpp>
 #include <dsv41/runtime/generate.hpp>
 #include <dsv41/runtime/sampler.hpp>
+#include <dsv41/runtime/session_hooks.hpp>
 
 namespace dsv41 {
-
-using RequestId = uint64_t;
-
-struct EngineOptions {
-  int step_tokens = 256;        // tokens one step runs: one per decoding request, prefill in the rest
-  int max_running = 8;          // admitted requests (prefilling or decoding); must be below step_tokens
-  int max_queued = 64;          // requests waiting for admission beyond the free running slots
-  int64_t max_cache_bytes = 0;  // estimated cache bytes of the admitted sequences; 0 = no bound
-  int64_t max_positions = 0;    // a sequence's capacity at most; 0 = the model's max_position_embeddings
-  int prefill_chunk = 0;        // most prompt tokens of one request per forward; 0 = what the budget leaves
-  bool round_robin_prefill = false;  // prefill order: false = first admitted first, true = rotate each step
-};
-
-struct Request {
-  std::vector<int32_t> prompt;
-  int max_tokens = 256;           // completion tokens at most (0: prefill only)
-  SamplingParams sampling;        // temperature 0 = greedy; the request's RNG starts from sampling.seed
-  std::vector<int32_t> stop_ids;  // generation ends after returning one of these
-  int priority = 0;               // admission order: higher first, then arrival
-  // Each returned token (then not kept for take_tokens); false cancels after it.
-  bool (*on_token)(void* ctx, RequestId id, int32_t token) = nullptr;
-  void (*on_finish)(void* ctx, RequestId id) = nullptr;  // once, when the request finishes for any reason
-  void* ctx = nullptr;
-  bool release_when_done = false;  // forget the request after on_finish (poll then reports it unknown)
-  // DSpark drafts verified in one forward of the request's own (SPEC §4.9, lossless; the tokens equal
-  // generate()'s speculative ones). Needs DSpark stages or a drafter, and step_tokens above
-  // max_running × (dspark_block_size + 1) so that verify blocks never starve prefill.
-  bool speculative = false;
-  int (*drafter)(void* ctx, std::span<const int32_t> generated, int k, int32_t* out) = nullptr;  // as in generate()
-};
-
-enum class RequestPhase { queued, prefilling, decoding, finished };
-enum class RequestFinish { none, stop, length, cancelled, error };
-
-inline const char* request_finish_name(RequestFinish f) {
-  switch (f) {
-    case RequestFinish::none: return "none";
-    case RequestFinish::stop: return "stop";
-    case RequestFinish::length: return "length";
-    case RequestFinish::cancelled: return "cancelled";
-    case RequestFinish::error: return "error";
-  }
-  return "?";
-}
-
-struct RequestInfo {
-  RequestPhase phase = RequestPhase::queued;
-  RequestFinish finish = RequestFinish::none;  // length: max_tokens reached or the sequence is full
-  Status status;                 // why, when finish == error
-  int32_t stop_id = -1;          // the stop id when finish == stop
-  int64_t prompt_tokens = 0, prompt_done = 0, completion_tokens = 0;
-  size_t unread = 0;             // tokens take_tokens() would return
-  int64_t cache_bytes = 0;       // the estimate reserved for its sequence
-  int64_t spec_steps = 0, drafted = 0, accepted = 0;  // speculative requests
-};
-
-struct StepStats {
-  int admitted = 0;     // requests given a sequence
-  int decoded = 0;      // decode tokens (requests in the batched decode)
-  int verified = 0;     // tokens of speculative verify blocks
-  int prefilled = 0;    // prompt tokens run
-  int finished = 0;     // requests that finished during the step
-};
-
-struct EngineCounts {
-  int queued = 0, prefilling = 0, decoding = 0;
-  int64_t cache_bytes = 0;  // reserved by admitted sequences
-  uint64_t steps = 0;
-};
 
 template <class M>
 class Engine {
@@ -119,6 +52,10 @@ class Engine {
   Engine& operator=(Engine&&) = default;
 
   const EngineOptions& options() const { return opt_; }
+
+  // Requests resume from (and record block boundaries into) a session store; its ctx must outlive the engine's
+  // use. Prefill chunks then end at block boundaries; a resume runs at admission, outside the step budget.
+  void set_session(SessionHooks<State> h) { session_ = h; }
 
   // Estimated cache bytes of a sequence of max_positions (window rings + compressed caches at capacity).
   int64_t sequence_bytes(int64_t max_positions) const {
@@ -222,8 +159,12 @@ class Engine {
       ss.decoded = int(dec.size());
       for (Slot* s : dec) {
         if (s->info.phase != RequestPhase::decoding) continue;  // cancelled by an earlier callback
-        if (!st.ok()) fail(*s, Status(st.code(), "decode: " + st.message()));
-        else emit(*s, s->sampler.sample(s->logits), s->state->pos);
+        if (!st.ok()) {
+          fail(*s, Status(st.code(), "decode: " + st.message()));
+          continue;
+        }
+        record_boundary(*s);
+        emit(*s, s->sampler.sample(s->logits), s->state->pos);
       }
     }
     // Speculative requests: a draft block each, verified in its own forward.
@@ -246,6 +187,10 @@ class Engine {
       const int64_t left = s->info.prompt_tokens - s->info.prompt_done;
       int64_t n = std::min<int64_t>(left, budget);
       if (opt_.prefill_chunk > 0) n = std::min<int64_t>(n, opt_.prefill_chunk);
+      if (uses_session(*s)) {  // end chunks at block boundaries, where the store records
+        const int64_t pos = s->state->pos;
+        n = std::min<int64_t>(n, (pos / session_.block + 1) * session_.block - pos);
+      }
       const bool last = n == left;
       const auto ids = std::span<const int32_t>(s->req.prompt).subspan(size_t(s->info.prompt_done), size_t(n));
       const Status st = model_->prefill(*s->state, ids, last ? &s->logits : nullptr);
@@ -256,6 +201,7 @@ class Engine {
       budget -= int(n);
       ss.prefilled += int(n);
       s->info.prompt_done += n;
+      record_boundary(*s);
       if (!last) continue;
       if (s->req.max_tokens == 0) {
         finish(*s, RequestFinish::length);
@@ -293,7 +239,8 @@ class Engine {
     std::vector<float> logits;
     int32_t next = 0;  // the last returned token, not yet run
     std::vector<int32_t> unread;
-    std::vector<int32_t> generated;  // every returned token (requests with a drafter)
+    std::vector<int32_t> generated;  // every returned token (requests with a drafter or a session store)
+    int64_t last_boundary = 0;
     SpecScratch spec;
   };
 
@@ -354,11 +301,55 @@ class Engine {
       }
       queue_.erase(queue_.begin());
       s->state.emplace(std::move(*st));
+      if (uses_session(*s)) {
+        if (Status r = resume(*s); !r.ok()) {
+          fail(*s, std::move(r));
+          continue;
+        }
+      }
       s->info.phase = RequestPhase::prefilling;
       reserved_ += s->info.cache_bytes;
       active_.push_back(s);
       ++ss.admitted;
     }
+  }
+
+  bool uses_session(const Slot& s) const { return session_.block > 0 && s.req.use_session; }
+
+  // Puts the longest stored prefix of the prompt into the fresh state. A store that fails is a miss (the
+  // state starts over); a store that claims an impossible prefix fails the request.
+  Status resume(Slot& s) {
+    if (!session_.resume) return Status::Ok();
+    auto r = session_.resume(session_.ctx, *s.state, s.req.prompt);
+    if (r.ok() && *r == 0 && s.state->pos == 0) return Status::Ok();
+    if (r.ok() && (*r != s.state->pos || *r < 0 || *r >= s.info.prompt_tokens))
+      return error(Code::internal, "session resume: the store returned " + std::to_string(*r) +
+                                       " tokens for a state at " + std::to_string(s.state->pos) + " of a " +
+                                       std::to_string(s.info.prompt_tokens) + "-token prompt");
+    if (!r.ok()) {
+      auto fresh = new_sequence_of(*model_, s.capacity);
+      if (!fresh.ok()) return Status(fresh.status().code(), "admission: " + fresh.status().message());
+      s.state.reset();
+      s.state.emplace(std::move(*fresh));
+      return Status::Ok();
+    }
+    s.info.cached_tokens = s.info.prompt_done = *r;
+    s.last_boundary = *r;
+    return Status::Ok();
+  }
+
+  // Records the state at a block boundary it has not recorded yet (every token it holds is known; a failing
+  // store is ignored, as a miss later).
+  void record_boundary(Slot& s) {
+    if (!uses_session(s) || !session_.boundary || s.info.phase == RequestPhase::finished) return;
+    const int64_t pos = s.state->pos;
+    if (pos == 0 || pos % session_.block || pos <= s.last_boundary) return;
+    const int64_t n = s.info.prompt_tokens;
+    if (pos > n + int64_t(s.generated.size())) return;
+    s.last_boundary = pos;
+    std::vector<int32_t> held(s.req.prompt.begin(), s.req.prompt.begin() + std::min(pos, n));
+    if (pos > n) held.insert(held.end(), s.generated.begin(), s.generated.begin() + (pos - n));
+    static_cast<void>(session_.boundary(session_.ctx, *s.state, held));
   }
 
   // One speculative step of a decoding request (generate()'s rules); returns the tokens it ran.
@@ -388,6 +379,8 @@ class Engine {
     if (alive()) {  // a finished request's sequence is gone: nothing to roll back
       if (Status r = rollback(*model_, st, step->snapshot, returned); !r.ok())
         fail(s, Status(r.code(), "speculative rollback: " + r.message()));
+      else
+        record_boundary(s);
     }
     return int(block.size());
   }
@@ -396,7 +389,7 @@ class Engine {
   // positions its sequence holds if it ends with t.
   void emit(Slot& s, int32_t t, int64_t held) {
     ++s.info.completion_tokens;
-    if (s.req.drafter) s.generated.push_back(t);
+    if (s.req.drafter || uses_session(s)) s.generated.push_back(t);
     if (s.req.on_token) {
       if (!s.req.on_token(s.req.ctx, s.id, t)) return finish(s, RequestFinish::cancelled);
       if (s.info.phase == RequestPhase::finished) return;  // the callback cancelled it
@@ -450,6 +443,7 @@ class Engine {
   const M* model_;
   EngineOptions opt_;
   CacheBytes bytes_;
+  SessionHooks<State> session_;
   std::map<RequestId, std::unique_ptr<Slot>> slots_;  // every request not yet forgotten
   std::vector<Slot*> queue_;                           // waiting, in admission order
   std::vector<Slot*> active_;                          // admitted, in admission order
