@@ -2,11 +2,14 @@
 // run alone with the same options, the step budget, cancellation, per-request errors and admission bounds.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <dsv41/runtime/engine.hpp>
+#include <dsv41/runtime/shared_engine.hpp>
 #include <dsv41/runtime/generate.hpp>
 
 #include "fixture.hpp"
@@ -618,4 +621,88 @@ TEST_CASE("engine: requests resume from a session store and record its boundarie
   CHECK(info(e, *id).finish == RequestFinish::length);
   CHECK(info(e, *id).cached_tokens == 0);
   CHECK(*e.take_tokens(*id) == want);
+}
+
+TEST_CASE("engine: SharedEngine serves client threads while one thread steps", "[engine][threads]") {
+  EngineOptions o;
+  o.step_tokens = 16;
+  o.max_running = 3;
+  o.max_queued = 2;  // fewer slots than clients: some submits are refused and retried
+  SharedEngine<TinyModel> se(make_engine(o));
+  constexpr int kClients = 6;
+  std::vector<Request> reqs;
+  for (int i = 0; i < kClients; ++i) reqs.push_back(make_request(5 + 3 * i, 110 + i, 8, sampled(i % 2 ? 0.9f : 0.f, uint64_t(i))));
+  struct Outcome {
+    std::vector<int32_t> tokens;
+    RequestFinish finish = RequestFinish::none;
+    int refusals = 0;
+    bool errors = false;
+  };
+  std::vector<Outcome> out(kClients);
+  std::atomic<bool> stop{false};
+  std::thread driver([&] {
+    while (!(stop.load() && se.idle())) {
+      if (se.idle()) std::this_thread::yield();
+      else se.step();
+    }
+  });
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i)
+    clients.emplace_back([&, i] {
+      Outcome& oc = out[size_t(i)];
+      Result<RequestId> id = error(Code::internal, "not yet");
+      for (;;) {
+        id = se.submit(reqs[size_t(i)]);
+        if (id.ok()) break;
+        if (id.status().code() != Code::resource_exhausted) {
+          oc.errors = true;
+          return;
+        }
+        ++oc.refusals;
+        std::this_thread::yield();
+      }
+      for (;;) {
+        auto t = se.take_tokens(*id);
+        auto p = se.poll(*id);
+        if (!t.ok() || !p.ok()) {
+          oc.errors = true;
+          return;
+        }
+        oc.tokens.insert(oc.tokens.end(), t->begin(), t->end());
+        // Client 5 hangs up after its first token.
+        if (i == 5 && !oc.tokens.empty() && p->phase != RequestPhase::finished) {
+          if (!se.cancel(*id).ok()) oc.errors = true;
+          continue;
+        }
+        if (p->phase == RequestPhase::finished && p->unread == 0 && t->empty()) {
+          oc.finish = p->finish;
+          oc.errors = !se.release(*id).ok();
+          return;
+        }
+        std::this_thread::yield();
+      }
+    });
+  for (auto& c : clients) c.join();
+  stop = true;
+  driver.join();
+  int refusals = 0;
+  for (int i = 0; i < kClients; ++i) {
+    INFO("client " << i);
+    const Outcome& oc = out[size_t(i)];
+    CHECK(!oc.errors);
+    refusals += oc.refusals;
+    const auto want = alone(reqs[size_t(i)]).tokens;
+    if (i == 5) {
+      CHECK(oc.finish == RequestFinish::cancelled);
+      REQUIRE(!oc.tokens.empty());
+      REQUIRE(oc.tokens.size() <= want.size());
+      CHECK(oc.tokens == std::vector<int32_t>(want.begin(), want.begin() + std::ptrdiff_t(oc.tokens.size())));
+    } else {
+      CHECK(oc.finish == RequestFinish::length);
+      CHECK(oc.tokens == want);
+    }
+  }
+  INFO("refusals " << refusals);
+  CHECK(se.idle());
+  CHECK(se.counts().cache_bytes == 0);
 }
