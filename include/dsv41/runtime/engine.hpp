@@ -6,8 +6,12 @@
 // its tokens do not depend on what it was batched with (as far as batched decode equals single decode and
 // prefill is chunk-invariant, as on the CPU backend).
 //
+// Speculative requests draft with DSpark and verify in a forward of their own inside the same step; with a
+// session store (set_session) requests resume from stored prefixes and record their block boundaries.
+//
 // Threads: one thread drives the engine; submit, cancel, poll, take_tokens and release are not
-// synchronized, so a host calling them from other threads holds its own lock around every call (step included).
+// synchronized, so a host calling them from other threads holds a lock around every call (step included):
+// SharedEngine (runtime/shared_engine.hpp) is that lock.
 // Callbacks run inside step() (or inside cancel() for on_finish); they may call submit() and cancel(), and
 // release() of any request (the forgetting is deferred to the end of the step).
 #pragma once
