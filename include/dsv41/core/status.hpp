@@ -17,6 +17,7 @@ enum class Code {
   cancelled,         // a callback asked to stop
   unsupported,
   internal,
+  resource_exhausted,  // a bounded resource is full (a queue, a memory budget); retry later
 };
 
 inline const char* code_name(Code c) {
@@ -31,6 +32,7 @@ inline const char* code_name(Code c) {
     case Code::cancelled: return "cancelled";
     case Code::unsupported: return "unsupported";
     case Code::internal: return "internal";
+    case Code::resource_exhausted: return "resource_exhausted";
   }
   return "unknown";
 }

@@ -114,6 +114,76 @@ inline Result<Verdict> verify_drafts(std::span<const float> target, int V, std::
   return v;
 }
 
+// Buffers of speculative steps, reused from step to step.
+struct SpecScratch {
+  DraftResult dr;
+  ForwardResult fr;
+  std::vector<int32_t> block;  // the last step's [y, d1..dk]
+  std::vector<double> qs;      // [k, V] draft distributions
+  std::vector<float> adj, bias_greedy, bias_drawn;
+};
+
+template <class Snapshot>
+struct SpecStep {
+  Snapshot snapshot;  // the state before the block
+  Verdict verdict;
+};
+
+// One speculative step after y (returned, not yet run): up to k drafts (k <= 0: none) from drafter when set
+// (called with ctx and generated, the tokens returned so far) or from DSpark, then [y, drafts] verified in one
+// forward. On success sc.block is the block and the state holds all of it: keep the returned prefix with
+// rollback(m, st, step.snapshot, returned).
+template <class C, class B>
+Result<SpecStep<typename Model<C, B>::Snapshot>> speculative_step(
+    const Model<C, B>& m, typename Model<C, B>::State& st, int32_t y, int k, Sampler& sampler,
+    int (*drafter)(void* ctx, std::span<const int32_t> generated, int k, int32_t* out), void* ctx,
+    std::span<const int32_t> generated, SpecScratch& sc) {
+  const int V = m.shape().vocab_size;
+  sc.block.assign(1, y);
+  sc.qs.clear();
+  if (k > 0 && drafter) {
+    sc.block.resize(size_t(k) + 1);
+    const int got = std::clamp(drafter(ctx, generated, k, sc.block.data() + 1), 0, k);
+    sc.block.resize(size_t(got) + 1);
+    for (int i = 1; i <= got; ++i)
+      if (sc.block[i] < 0 || sc.block[i] >= V) return error(Code::invalid_argument, "generate: drafter returned an id outside the vocabulary");
+    if (!sampler.greedy()) {
+      sc.qs.assign(size_t(got) * V, 0.0);
+      for (int i = 0; i < got; ++i) sc.qs[size_t(i) * V + sc.block[i + 1]] = 1.0;
+    }
+  } else if (k > 0) {
+    DSV41_TRY(m.draft(st, y, sc.dr));
+    if (sampler.greedy()) {
+      sc.block.insert(sc.block.end(), sc.dr.ids.begin() + 1, sc.dr.ids.begin() + 1 + k);
+    } else {
+      // out_{i+1} = sample(logits_i): draft logits_i carry the Markov term of the greedy out_i
+      // (dr.ids[i]); once a drawn draft differs, swap that term for the drawn token's.
+      sc.qs.resize(size_t(k) * V);
+      for (int i = 0; i < k; ++i) {
+        std::span<const float> li(sc.dr.logits.data() + size_t(i) * V, size_t(V));
+        if (i > 0 && sc.block[i] != sc.dr.ids[i]) {
+          DSV41_TRY(m.backend().markov_bias(sc.dr.ids[i], sc.bias_greedy));
+          DSV41_TRY(m.backend().markov_bias(sc.block[i], sc.bias_drawn));
+          sc.adj.assign(li.begin(), li.end());
+          for (int t = 0; t < V; ++t) sc.adj[t] = sc.adj[t] - sc.bias_greedy[t] + sc.bias_drawn[t];
+          li = sc.adj;
+        }
+        std::vector<double> q = probabilities(li, sampler.params());
+        std::copy(q.begin(), q.end(), sc.qs.begin() + size_t(i) * V);
+        sc.block.push_back(sampler.draw(q));
+      }
+    }
+  }
+  auto taken = take_snapshot(m, st, sc.block);
+  if (!taken.ok()) return taken.status();
+  SpecStep<typename Model<C, B>::Snapshot> out{std::move(*taken), Verdict{}};
+  DSV41_TRY(m.forward(st, sc.block, sc.fr, /*all_logits=*/true));
+  auto verdict = verify_drafts(sc.fr.logits, V, std::span<const int32_t>(sc.block).subspan(1), sc.qs, sampler);
+  if (!verdict.ok()) return verdict.status();
+  out.verdict = *verdict;
+  return Result<SpecStep<typename Model<C, B>::Snapshot>>(std::move(out));
+}
+
 // Runs prompt at the state's next positions, then generates. Errors (nothing run): empty prompt, ids
 // outside the vocabulary, a prompt longer than the positions left, bad options, speculative on a model
 // without DSpark or drafter.
@@ -192,70 +262,27 @@ Result<GenerateResult> generate(const Model<C, B>& m, typename Model<C, B>::Stat
   }
 
   // Speculative: the state holds everything before y; y is returned but not yet run.
-  const int Bk = s.dspark_block_size;
-  DraftResult dr;
-  ForwardResult fr;
-  std::vector<int32_t> block;
-  std::vector<double> qs;                      // [k, V] draft distributions
-  std::vector<float> adj, bias_greedy, bias_drawn;
+  SpecScratch sc;
   if (!emit(y, st.pos)) return res;
   for (;;) {
     // Drafts: as many as fit the token budget (the block returns up to k+1 tokens) and the state.
-    const int k = int(std::min<int64_t>({int64_t(Bk), int64_t(o.max_tokens) - int64_t(res.tokens.size()) - 1,
+    const int k = int(std::min<int64_t>({int64_t(s.dspark_block_size), int64_t(o.max_tokens) - int64_t(res.tokens.size()) - 1,
                                          st.max_positions - st.pos - 1}));
-    block.assign(1, y);
-    qs.clear();
-    if (k > 0 && o.drafter) {
-      block.resize(size_t(k) + 1);
-      const int got = std::clamp(o.drafter(o.ctx, res.tokens, k, block.data() + 1), 0, k);
-      block.resize(size_t(got) + 1);
-      for (int i = 1; i <= got; ++i)
-        if (block[i] < 0 || block[i] >= V) return error(Code::invalid_argument, "generate: drafter returned an id outside the vocabulary");
-      if (!sampler.greedy()) {
-        qs.assign(size_t(got) * V, 0.0);
-        for (int i = 0; i < got; ++i) qs[size_t(i) * V + block[i + 1]] = 1.0;
-      }
-    } else if (k > 0) {
-      DSV41_TRY(m.draft(st, y, dr));
-      if (sampler.greedy()) {
-        block.insert(block.end(), dr.ids.begin() + 1, dr.ids.begin() + 1 + k);
-      } else {
-        // out_{i+1} = sample(logits_i): draft logits_i carry the Markov term of the greedy out_i
-        // (dr.ids[i]); once a drawn draft differs, swap that term for the drawn token's.
-        qs.resize(size_t(k) * V);
-        for (int i = 0; i < k; ++i) {
-          std::span<const float> li(dr.logits.data() + size_t(i) * V, size_t(V));
-          if (i > 0 && block[i] != dr.ids[i]) {
-            DSV41_TRY(m.backend().markov_bias(dr.ids[i], bias_greedy));
-            DSV41_TRY(m.backend().markov_bias(block[i], bias_drawn));
-            adj.assign(li.begin(), li.end());
-            for (int t = 0; t < V; ++t) adj[t] = adj[t] - bias_greedy[t] + bias_drawn[t];
-            li = adj;
-          }
-          std::vector<double> q = probabilities(li, sampler.params());
-          std::copy(q.begin(), q.end(), qs.begin() + size_t(i) * V);
-          block.push_back(sampler.draw(q));
-        }
-      }
-    }
-    auto taken = take_snapshot(m, st, block);
-    if (!taken.ok()) return taken.status();
-    const auto& snap = *taken;
-    DSV41_TRY(m.forward(st, block, fr, /*all_logits=*/true));
-    auto verdict = verify_drafts(fr.logits, V, std::span<const int32_t>(block).subspan(1), qs, sampler);
-    if (!verdict.ok()) return verdict.status();
-    const Verdict v = *verdict;
-    if (block.size() > 1) {
+    auto step = speculative_step(m, st, y, k, sampler, o.drafter, o.ctx, res.tokens, sc);
+    if (!step.ok()) return step.status();
+    const Verdict v = step->verdict;
+    if (sc.block.size() > 1) {
       ++res.spec_steps;
-      res.drafted += int64_t(block.size()) - 1;
+      res.drafted += int64_t(sc.block.size()) - 1;
       res.accepted += v.accepted;
     }
     // Return d1..da and next; the state keeps y and every returned token but the last.
+    const int64_t base = step->snapshot.pos;
     int returned = 0;
     bool more = true;
-    for (int i = 1; i <= v.accepted && more; ++i) more = emit(block[i], snap.pos + ++returned);
-    if (more) more = emit(v.next, snap.pos + ++returned);
-    DSV41_TRY(rollback(m, st, snap, returned));
+    for (int i = 1; i <= v.accepted && more; ++i) more = emit(sc.block[i], base + ++returned);
+    if (more) more = emit(v.next, base + ++returned);
+    DSV41_TRY(rollback(m, st, step->snapshot, returned));
     if (!more) break;
     y = v.next;
   }

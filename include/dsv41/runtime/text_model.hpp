@@ -9,6 +9,7 @@
 
 #include <dsv41/core/status.hpp>
 #include <dsv41/runtime/generate.hpp>
+#include <dsv41/runtime/session_hooks.hpp>
 #include <dsv41/model/model.hpp>
 #include <dsv41/text/chat_format.hpp>
 #include <dsv41/text/tokenizer.hpp>
@@ -45,17 +46,8 @@ struct TextResult {
   int64_t drafted = 0, accepted = 0, spec_steps = 0;
 };
 
-// A session store the text model resumes prompts from and records block boundaries into (session/session_cache.hpp
-// through a function pointer + ctx, so this header needs nothing of it).
-template <class State>
-struct SessionHooks {
-  void* ctx = nullptr;
-  int block = 0;  // tokens per block; 0: no session store
-  // Puts the longest stored prefix of ids back into the fresh state st; returns how many tokens it holds then.
-  Result<int64_t> (*resume)(void* ctx, State& st, std::span<const int32_t> ids) = nullptr;
-  // st stands at a block boundary; tokens: every token it processed.
-  Status (*boundary)(void* ctx, const State& st, std::span<const int32_t> tokens) = nullptr;
-};
+// The session store hooks (runtime/session_hooks.hpp), also as text::SessionHooks.
+using dsv41::SessionHooks;
 
 template <class M>
 class TextModel {
