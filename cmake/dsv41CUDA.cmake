@@ -1,8 +1,9 @@
-# Shared by the build tree and the installed package: finds nvcc and the toolkit's CCCL,
-# setting DSV41_CUDA_ENABLED and DSV41_CUDA_GENCODE. Hopper only: sm_90a.
+# Shared by the build tree and the installed package (its `cuda` component): finds nvcc and the toolkit's CCCL,
+# setting DSV41_CUDA_ENABLED and DSV41_CUDA_GENCODE (one -gencode per entry of DSV41_CUDA_ARCHS, default 90a).
 if(NOT DEFINED DSV41_CUDA)
   set(DSV41_CUDA AUTO)
 endif()
+set(DSV41_CUDA_ARCHS "90a" CACHE STRING "GPU architectures the CUDA parts are compiled for (e.g. 90a;100a)")
 set(DSV41_CUDA_ENABLED OFF)
 if(NOT DSV41_CUDA STREQUAL "OFF")
   include(CheckLanguage)
@@ -20,7 +21,26 @@ if(DSV41_CUDA_ENABLED)
   endif()
   enable_language(CUDA)
   find_package(CUDAToolkit 12.8 REQUIRED)
-  # The toolkit's own CCCL (not Debian's libcub).
-  find_package(CCCL CONFIG REQUIRED HINTS "${CUDAToolkit_LIBRARY_ROOT}/lib/cmake" "${CUDAToolkit_TARGET_DIR}/lib/cmake")
-  set(DSV41_CUDA_GENCODE "-gencode=arch=compute_90a,code=sm_90a")
+  # The toolkit's own CCCL (not Debian's libcub), wherever the layout keeps it: <cuda>/lib/cmake, lib64/cmake,
+  # targets/<arch>/lib/cmake (Debian/Ubuntu packages), or beside the toolkit's libraries.
+  set(_dsv41_cccl_hints)
+  foreach(root IN ITEMS "${CUDAToolkit_LIBRARY_ROOT}" "${CUDAToolkit_TARGET_DIR}")
+    if(root)
+      list(APPEND _dsv41_cccl_hints "${root}/lib/cmake" "${root}/lib64/cmake")
+    endif()
+  endforeach()
+  if(CUDAToolkit_LIBRARY_ROOT)
+    file(GLOB _dsv41_targets LIST_DIRECTORIES true "${CUDAToolkit_LIBRARY_ROOT}/targets/*")
+    foreach(t IN LISTS _dsv41_targets)
+      list(APPEND _dsv41_cccl_hints "${t}/lib/cmake" "${t}/lib64/cmake")
+    endforeach()
+  endif()
+  if(CUDAToolkit_LIBRARY_DIR)
+    list(APPEND _dsv41_cccl_hints "${CUDAToolkit_LIBRARY_DIR}/cmake")
+  endif()
+  find_package(CCCL CONFIG REQUIRED HINTS ${_dsv41_cccl_hints})
+  set(DSV41_CUDA_GENCODE)
+  foreach(a IN LISTS DSV41_CUDA_ARCHS)
+    list(APPEND DSV41_CUDA_GENCODE "-gencode=arch=compute_${a},code=sm_${a}")
+  endforeach()
 endif()

@@ -637,6 +637,7 @@ TEST_CASE("engine: SharedEngine serves client threads while one thread steps", "
     RequestFinish finish = RequestFinish::none;
     int refusals = 0;
     bool errors = false;
+    bool cancel_sent = false;
   };
   std::vector<Outcome> out(kClients);
   std::atomic<bool> stop{false};
@@ -670,8 +671,9 @@ TEST_CASE("engine: SharedEngine serves client threads while one thread steps", "
         }
         oc.tokens.insert(oc.tokens.end(), t->begin(), t->end());
         // Client 5 hangs up after its first token.
-        if (i == 5 && !oc.tokens.empty() && p->phase != RequestPhase::finished) {
+        if (i == 5 && !oc.tokens.empty() && p->phase != RequestPhase::finished && !oc.cancel_sent) {
           if (!se.cancel(*id).ok()) oc.errors = true;
+          oc.cancel_sent = true;
           continue;
         }
         if (p->phase == RequestPhase::finished && p->unread == 0 && t->empty()) {
@@ -693,7 +695,13 @@ TEST_CASE("engine: SharedEngine serves client threads while one thread steps", "
     refusals += oc.refusals;
     const auto want = alone(reqs[size_t(i)]).tokens;
     if (i == 5) {
-      CHECK(oc.finish == RequestFinish::cancelled);
+      // The stepping thread may finish the request between the client's poll and its cancel (a short request on
+      // a fast model): then it ends by its length with every token; else the cancel ends it.
+      INFO("cancel sent: " << oc.cancel_sent << ", tokens " << oc.tokens.size() << " of " << want.size());
+      if (oc.finish != RequestFinish::cancelled) {
+        CHECK(oc.finish == RequestFinish::length);
+        CHECK(oc.tokens.size() == want.size());
+      }
       REQUIRE(!oc.tokens.empty());
       REQUIRE(oc.tokens.size() <= want.size());
       CHECK(oc.tokens == std::vector<int32_t>(want.begin(), want.begin() + std::ptrdiff_t(oc.tokens.size())));
