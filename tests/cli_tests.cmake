@@ -63,8 +63,9 @@ if(Python3_FOUND)
                        $<TARGET_FILE:dsv41_cli> ${BUNDLED} ${CMAKE_CURRENT_BINARY_DIR}/session_cache_e2e)
       set_tests_properties(server_e2e_sessions_bundled_model PROPERTIES TIMEOUT 600)
       dsv41_cli_test_env(server_e2e_sessions_bundled_model)
-      # Chat turns resume from the earlier turns (turn 2 reuses the 3 whole blocks of turn 1's 392 tokens).
-      dsv41_cli_test(bundled_model_chat_sessions 0 "prompt tokens, [0-9]+ cached.*prompt tokens, 384 cached"
+      # Chat turns continue the earlier turn's live state (the active tier): turn 2 (408 tokens) reuses all that
+      # turn 1 ran, its 392 prompt tokens and 8 - 1 generated ones (the last sampled token is not yet run).
+      dsv41_cli_test(bundled_model_chat_sessions 0 "prompt tokens, [0-9]+ cached.*408 prompt tokens, 399 cached"
                      INPUT ${CLI_DATA}/chat_sessions_input.txt
                      ARGS chat --model ${BUNDLED} --max-tokens 8 --cache-dir ${CMAKE_CURRENT_BINARY_DIR}/chat_session_cache)
     endif()

@@ -15,6 +15,7 @@
 #include "session_args.hpp"
 #if __has_include(<xxhash.h>)
 #define DSV41_CLI_SESSIONS 1
+#include <dsv41/session/active_sessions.hpp>
 #include <dsv41/session/disk_store.hpp>
 #include <dsv41/session/model_identity.hpp>
 #include <dsv41/session/session_cache.hpp>
@@ -41,7 +42,8 @@ class TextEngine {
   virtual Result<text::TextResult> complete(std::string_view prompt, const text::TextOptions& o) const = 0;
   // ids run as one fresh sequence; logits of every row ([rows, V]; with bounded replay only the last W rows).
   virtual Status score(std::span<const int32_t> ids, bool bounded_replay, std::vector<float>& logits) const = 0;
-  // Prompts resume from a session store in cache_dir (global KV on disk, windows in a host pool) and store into it.
+  // Prompts continue a finished request's live state when they extend it (the active tier, in memory), else resume
+  // from a session store in cache_dir (global KV on disk, windows in a host pool); both are stored into.
   virtual Status enable_sessions(const std::string& model_dir, const std::string& cache_dir, int block) = 0;
 };
 
@@ -94,9 +96,14 @@ class TextEngineOf : public TextEngine {
       h.ctx = sessions_.get();
       h.block = block;
       h.resume = [](void* c, typename M::State& st, std::span<const int32_t> ids) -> Result<int64_t> {
-        auto r = static_cast<Sessions*>(c)->cache.resume(st, ids);
+        auto* s = static_cast<Sessions*>(c);
+        auto r = session::resume_or_take(s->active, &s->cache, st, ids);
         if (!r.ok()) return r.status();
         return r->cached_tokens;
+      };
+      h.finish = [](void* c, typename M::State&& st, std::span<const int32_t> tokens) {
+        // A state the tier refuses (over its byte limit, damaged) is dropped: its blocks are in the lower tiers.
+        (void)static_cast<Sessions*>(c)->active.put(std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(st));
       };
       h.boundary = [](void* c, const typename M::State& st, std::span<const int32_t> tokens) {
         return static_cast<Sessions*>(c)->cache.at_boundary(st, tokens);
@@ -114,13 +121,18 @@ class TextEngineOf : public TextEngine {
   std::unique_ptr<M> model_;
   std::unique_ptr<text::TextModel<M>> text_;  // refers to *model_: destroyed first
 #if DSV41_CLI_SESSIONS
-  // The tiers and the cache over them (the cache refers to the tiers: members in this order).
+  // The tiers and the cache over them (the cache refers to the tiers: members in this order). The active tier holds
+  // the last 8 finished requests' states (host memory on the CPU, device memory on the GPU), within the window pool's
+  // default budget (10% of physical memory), for 10 minutes.
   struct Sessions {
     Sessions(const M& m, session::ModelIdentity id, session::DiskStore d, int block)
-        : disk(std::move(d)), cache(m, id, disk, pool, session::SessionOptions{block, 600, false}) {}
+        : disk(std::move(d)),
+          cache(m, id, disk, pool, session::SessionOptions{block, 600, false}),
+          active(session::ActiveOptions{session::default_window_pool_budget(), 8, 600, {}}) {}
     session::DiskStore disk;
     session::WindowPool pool;
     session::SessionCache<M, session::DiskStore, session::Connector> cache;
+    session::ActiveSessions<typename M::State> active;
   };
   std::unique_ptr<Sessions> sessions_;
 #endif

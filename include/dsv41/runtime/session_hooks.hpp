@@ -17,6 +17,8 @@ struct SessionHooks {
   Result<int64_t> (*resume)(void* ctx, State& st, std::span<const int32_t> ids) = nullptr;
   // st stands at a block boundary; tokens: every token it processed.
   Status (*boundary)(void* ctx, const State& st, std::span<const int32_t> tokens) = nullptr;
+  // Optional: the request is over; st (which processed exactly tokens) is handed over for a later request to continue.
+  void (*finish)(void* ctx, State&& st, std::span<const int32_t> tokens) = nullptr;
 };
 
 }  // namespace dsv41

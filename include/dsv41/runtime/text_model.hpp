@@ -124,6 +124,15 @@ class TextModel {
     if (stream.session) g.prefill_chunk = session_.block;
     auto r = generate(*model_, st, std::span<const int32_t>(ids).subspan(size_t(cached)), g);
     if (!r.ok()) return r.status();
+    if (stream.session && session_.finish) {
+      // generate's contract: st holds the prompt and every returned token but the last.
+      std::vector<int32_t> held(ids.begin(), ids.end());
+      held.insert(held.end(), r->tokens.begin(), r->tokens.end());
+      if (st.pos <= int64_t(held.size())) {
+        held.resize(size_t(st.pos));
+        session_.finish(session_.ctx, std::move(st), held);
+      }
+    }
     TextResult out;
     out.ids = r->tokens;
     out.prompt_tokens = int64_t(ids.size());
