@@ -849,7 +849,7 @@ struct Server {
     });
     http.set_payload_max_length(size_t(opt.max_body_bytes));
     http.set_read_timeout(opt.idle_timeout, 0);
-    http.set_keep_alive_timeout(opt.idle_timeout);
+    http.set_keep_alive_timeout(std::min(opt.idle_timeout, 5));  // also how long stop() waits for idle connections
     http.set_write_timeout(opt.write_timeout, 0);
     std::signal(SIGPIPE, SIG_IGN);
     std::signal(SIGTERM, on_stop_signal);
