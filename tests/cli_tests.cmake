@@ -85,3 +85,13 @@ if(Python3_FOUND AND EXISTS ${PROJECT_SOURCE_DIR}/models/dsv41-tiny-py/config.js
   dsv41_cli_test_env(bundled_model_perplexity_matches_pytorch)
   dsv41_cli_test(bundled_model_inspect 0 "3 shard\\(s\\), 1271 tensors checked" ARGS inspect ${PROJECT_SOURCE_DIR}/models/dsv41-tiny-py)
 endif()
+
+# Concurrency (issue 12): 16 concurrent openai streams equal their single outputs, a stalled reader and a
+# client gone during prefill cost the others nothing, the API key, /metrics, SIGTERM drain.
+if(Python3_FOUND AND EXISTS ${BUNDLED}/config.json)
+  add_test(NAME server_e2e_concurrency_bundled_model
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_server_concurrency.py
+                   $<TARGET_FILE:dsv41_cli> ${BUNDLED})
+  set_tests_properties(server_e2e_concurrency_bundled_model PROPERTIES TIMEOUT 300)
+  dsv41_cli_test_env(server_e2e_concurrency_bundled_model)
+endif()

@@ -1,10 +1,18 @@
 // dsv41 serve: an OpenAI-compatible HTTP server (cpp-httplib). /v1/chat/completions (SSE streaming or
-// not, reasoning_content, tool calls), /v1/completions, /v1/models, /health (503 while loading).
-// One model, requests served one at a time; bad requests get 4xx JSON errors and never stop the server.
+// not, reasoning_content, tool calls), /v1/completions, /v1/models, /health (503 while loading), /metrics.
+// Requests share engine steps (runtime/text_engine.hpp, continuous batching): one thread steps, each HTTP
+// request reads its own bounded output queue, so a slow or gone client costs the others nothing. Bad requests
+// get 4xx JSON errors and never stop the server; SIGTERM drains.
 // Sessions (on by default, CPU): prompts resume from stored blocks; a chat request may name its session with the
 // extension field "session_id" (echoed in the response).
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <set>
 #include <filesystem>
 #include <functional>
 #include <list>
@@ -36,6 +44,17 @@ struct ServeOpts {
   int max_tokens_cap = 4096;
   int load_delay_ms = 0;  // tests: keep /health at 503 this long
   SessionArgs sessions;
+  std::string api_key;            // empty: no key (or $DSV41_API_KEY)
+  int max_running = 8, max_queued = 64, step_tokens = 256, threads = 0;
+  bool sequential = false;        // max_running 1: today's one-at-a-time server, for comparisons
+  int request_timeout = 600;      // s, a request's whole life
+  int idle_timeout = 30;          // s, reading a request and keeping an idle connection
+  int write_timeout = 10;         // s, one write to a client
+  int keepalive_ms = 100;         // SSE keep-alive comment after this long without output
+  double shutdown_timeout = 10;   // s, SIGTERM's drain
+  int64_t max_body_bytes = 8 << 20;
+  int64_t max_messages = 2048;
+  int64_t max_queue_bytes = 4 << 20;  // unread output of one request before it is cancelled
 };
 
 struct BadRequest {
@@ -211,20 +230,84 @@ class ChatSplitter {
   std::string think_close_, calls_, buf_;
 };
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Set by SIGTERM/SIGINT (process-level, the CLI's only signal state); the server's watcher polls it.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+// A Prometheus histogram (cumulative buckets, sum, count).
+struct Histogram {
+  std::vector<double> bounds;
+  std::vector<uint64_t> counts;
+  double sum = 0;
+  uint64_t n = 0;
+  explicit Histogram(std::vector<double> b) : bounds(std::move(b)), counts(bounds.size(), 0) {}
+  void observe(double v) {
+    for (size_t i = 0; i < bounds.size(); ++i)
+      if (v <= bounds[i]) ++counts[i];
+    sum += v;
+    ++n;
+  }
+  void write(std::string& out, const std::string& name, const std::string& help) const {
+    out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+    for (size_t i = 0; i < bounds.size(); ++i)
+      out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds[i], counts[i]);
+    out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, n, name, sum, name, n);
+  }
+};
+
+struct Metrics {
+  std::mutex mu;
+  std::map<std::pair<std::string, int>, uint64_t> requests;  // (path, HTTP status)
+  std::map<std::string, uint64_t> finishes;                  // engine requests by finish reason
+  uint64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0, refused = 0;
+  Histogram step{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}};
+  Histogram ttft{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
+};
+
+// One engine request's output, between the stepping thread (producer) and its HTTP handler (consumer). Bounded:
+// more than max_bytes unread cancels the request (a reader that stalled), so the stepping thread never waits.
+struct Job {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::string> pieces;
+  size_t bytes = 0, max_bytes = 0;
+  bool done = false, overflow = false, first = true;
+  text::TextDone result;
+  RequestId id = 0;
+  Clock::time_point submitted = Clock::now();
+  Metrics* metrics = nullptr;
+};
+
 struct Server {
   ServeOpts opt;
-  std::atomic<bool> ready{false};
+  std::atomic<bool> ready{false}, draining{false}, stopping{false};
   std::string load_error;
   std::unique_ptr<TextEngine> loaded;
-  std::mutex gen;  // one generation at a time
+  std::unique_ptr<text::TextEngineBase> batch;  // over *loaded
   std::atomic<uint64_t> counter{0};
   SessionIds session_ids{4096};
+  Metrics metrics;
   httplib::Server http;
+  // Wakes the stepping thread: submits bump `wakes`.
+  std::mutex wake_mu;
+  std::condition_variable wake_cv;
+  uint64_t wakes = 0;
+  // Requests in the engine (for the shutdown's cancel).
+  std::mutex live_mu;
+  std::set<RequestId> live;
 
   std::string next_id(const char* prefix) { return std::string(prefix) + std::to_string(++counter); }
   static int64_t now() { return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
   bool check_ready(httplib::Response& res) {
+    if (draining) {
+      send_json(res, 503, error_body("server is shutting down", "server_error", "shutting_down"));
+      return false;
+    }
     if (ready) return true;
     send_json(res, 503, error_body(load_error.empty() ? "model is loading" : "model failed to load: " + load_error,
                                    "server_error", "model_loading"));
@@ -240,6 +323,7 @@ struct Server {
 
   static BadRequest from_status(const Status& s) {
     if (s.code() == Code::out_of_range) return {400, s.message(), "context_length_exceeded"};
+    if (s.code() == Code::resource_exhausted) return {429, s.message(), "server_busy"};
     if (s.code() == Code::internal || s.code() == Code::out_of_memory) return {500, s.message(), ""};
     return {400, s.message(), ""};
   }
@@ -250,17 +334,199 @@ struct Server {
             {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
   }
 
+  // Fields a request may hold; anything else is a 400 (never silently ignored).
+  static void check_fields(const ojson& j, bool chat) {
+    static const char* const common[] = {"model", "stream", "stream_options", "max_tokens", "temperature", "top_p",
+                                         "top_k", "min_p", "seed", "n", "stop", "speculative", "user", "logprobs",
+                                         "top_logprobs", "frequency_penalty", "presence_penalty", "store", "metadata"};
+    static const char* const chat_only[] = {"messages", "tools", "tool_choice", "parallel_tool_calls",
+                                            "reasoning_effort", "thinking_mode", "chat_template_kwargs",
+                                            "session_id", "max_completion_tokens", "response_format"};
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      const std::string& k = it.key();
+      bool known = std::find_if(std::begin(common), std::end(common), [&](const char* c) { return k == c; }) != std::end(common);
+      if (chat && !known)
+        known = std::find_if(std::begin(chat_only), std::end(chat_only), [&](const char* c) { return k == c; }) != std::end(chat_only);
+      if (!chat && k == "prompt") known = true;
+      if (!known) throw BadRequest{400, "unsupported request field \"" + k + "\"", "unsupported_field"};
+    }
+    auto truthy = [&](const char* k) { return j.contains(k) && !j[k].is_null() && j[k] != false && j[k] != 0; };
+    if (truthy("logprobs") || (j.contains("top_logprobs") && !j["top_logprobs"].is_null()))
+      throw BadRequest{400, "logprobs and top_logprobs are not supported", "unsupported_field"};
+    for (const char* k : {"frequency_penalty", "presence_penalty"})
+      if (truthy(k)) throw BadRequest{400, std::string(k) + " is not supported (only 0)", "unsupported_field"};
+    if (j.contains("response_format") && !j["response_format"].is_null() &&
+        !(j["response_format"].is_object() && j["response_format"].value("type", "") == "text"))
+      throw BadRequest{400, "response_format: only {\"type\": \"text\"} is supported", "unsupported_field"};
+  }
+
+  // OpenAI's reasoning_effort names onto the model's levels (chat_format.hpp: low 50, high 75, max 100, 1..100).
+  static ojson effort_of(const ojson& v) {
+    if (!v.is_string()) return v;  // integers 1..100 are the model's own scale (render checks them)
+    const std::string s = v.get<std::string>();
+    if (s == "minimal" || s == "low") return "low";
+    if (s == "medium" || s == "high") return "high";
+    if (s == "max" || s == "xhigh") return "max";
+    throw BadRequest{400, "reasoning_effort \"" + s + "\" is not one of minimal, low, medium, high, xhigh, max or 1..100", ""};
+  }
+
+  text::TextRequest request_of(std::string prompt, const text::TextOptions& o, bool session) {
+    text::TextRequest r;
+    r.prompt = std::move(prompt);
+    r.max_tokens = o.max_tokens;
+    r.sampling = o.sampling;
+    r.stop = o.stop;
+    r.speculative = o.speculative;
+    r.use_session = session;
+    return r;
+  }
+
+  // Submits r; its output goes to the returned job.
+  std::shared_ptr<Job> submit(text::TextRequest r) {
+    auto job = std::make_shared<Job>();
+    job->max_bytes = size_t(opt.max_queue_bytes);
+    job->metrics = &metrics;
+    auto* hold = new std::shared_ptr<Job>(job);  // the engine's reference, dropped in on_done
+    r.ctx = hold;
+    r.on_text = [](void* c, RequestId, int32_t id, std::string_view piece) {
+      Job& j = **static_cast<std::shared_ptr<Job>*>(c);
+      std::lock_guard<std::mutex> lock(j.mu);
+      if (j.first && id >= 0) {
+        j.first = false;
+        std::lock_guard<std::mutex> ml(j.metrics->mu);
+        j.metrics->ttft.observe(seconds_since(j.submitted));
+      }
+      if (piece.empty()) return true;
+      j.pieces.emplace_back(piece);
+      j.bytes += piece.size();
+      j.cv.notify_all();
+      if (j.bytes > j.max_bytes) {
+        j.overflow = true;  // the reader stalled: cancel
+        return false;
+      }
+      return true;
+    };
+    r.on_done = [](void* c, const text::TextDone& d) {
+      auto* h = static_cast<std::shared_ptr<Job>*>(c);
+      std::shared_ptr<Job> j = std::move(*h);
+      delete h;
+      {
+        std::lock_guard<std::mutex> ml(j->metrics->mu);
+        const auto& r = d.result;
+        j->metrics->finishes[j->overflow ? "cancelled_slow_reader" : text::text_finish_name(r.finish)]++;
+        j->metrics->prompt_tokens += uint64_t(r.prompt_tokens);
+        j->metrics->completion_tokens += uint64_t(r.completion_tokens);
+        j->metrics->cached_tokens += uint64_t(r.cached_tokens);
+      }
+      std::lock_guard<std::mutex> lock(j->mu);
+      j->result = d;
+      j->done = true;
+      j->cv.notify_all();
+    };
+    if (!batch) throw BadRequest{503, "model is loading", "model_loading"};
+    auto id = batch->submit(std::move(r));
+    if (!id.ok()) {
+      delete hold;
+      if (id.status().code() == Code::resource_exhausted) {
+        std::lock_guard<std::mutex> ml(metrics.mu);
+        ++metrics.refused;
+      }
+      throw from_status(id.status());
+    }
+    job->id = *id;
+    {
+      std::lock_guard<std::mutex> lock(live_mu);
+      live.insert(*id);
+    }
+    {
+      std::lock_guard<std::mutex> lock(wake_mu);
+      ++wakes;
+    }
+    wake_cv.notify_one();
+    return job;
+  }
+
+  void cancel(Job& j) { static_cast<void>(batch->cancel(j.id)); }
+
+  // Waits for the request's end (non-streaming), bounded by the request timeout.
+  void wait_done(Job& j) {
+    std::unique_lock<std::mutex> lock(j.mu);
+    const auto deadline = j.submitted + std::chrono::seconds(opt.request_timeout);
+    if (!j.cv.wait_until(lock, deadline, [&] { return j.done; })) {
+      lock.unlock();
+      cancel(j);
+      lock.lock();
+      j.cv.wait(lock, [&] { return j.done; });  // on_done comes within a step of the cancel
+      throw BadRequest{504, "request timed out after " + std::to_string(opt.request_timeout) + " s", "request_timeout"};
+    }
+  }
+
+  // A streaming request's loop: sends what the job produced through emit(piece) (false: the client is gone),
+  // a keep-alive comment when nothing was sent for a while (how a client that hung up is noticed, also during
+  // prefill), and cancels on a dead client or the request timeout. Returns false when the request was cancelled
+  // or the client is gone.
+  template <class Emit>
+  bool pump(Job& j, httplib::DataSink& sink, Emit&& emit) {
+    const auto deadline = j.submitted + std::chrono::seconds(opt.request_timeout);
+    auto last_write = Clock::now();
+    const auto keepalive = std::chrono::milliseconds(opt.keepalive_ms);
+    for (;;) {
+      std::deque<std::string> got;
+      bool done;
+      {
+        std::unique_lock<std::mutex> lock(j.mu);
+        j.cv.wait_for(lock, keepalive, [&] { return j.done || !j.pieces.empty(); });
+        got.swap(j.pieces);
+        j.bytes = 0;
+        done = j.done;
+      }
+      for (auto& p : got)
+        if (!emit(p)) {
+          cancel(j);
+          return false;
+        }
+      if (!got.empty()) last_write = Clock::now();
+      if (done) return true;
+      if (Clock::now() > deadline) {
+        cancel(j);
+        const std::string e = sse(error_body("request timed out after " + std::to_string(opt.request_timeout) + " s",
+                                             "server_error", "request_timeout"));
+        sink.write(e.data(), e.size());
+        return false;
+      }
+      if (Clock::now() - last_write >= keepalive) {
+        static const char ka[] = ": keep-alive\n\n";
+        if (!sink.write(ka, sizeof ka - 1)) {
+          cancel(j);
+          return false;
+        }
+        last_write = Clock::now();
+      }
+    }
+  }
+
   void chat(const httplib::Request& req, httplib::Response& res) {
     if (!check_ready(res)) return;
     ojson j = parse_body(req);
+    check_fields(j, true);
     const std::optional<std::string> session = session_id_of(j);
     if (!j.contains("messages")) throw BadRequest{400, "messages is required", ""};
+    if (j["messages"].is_array() && int64_t(j["messages"].size()) > opt.max_messages)
+      throw BadRequest{400, "too many messages: " + std::to_string(j["messages"].size()) + " (at most " +
+                                std::to_string(opt.max_messages) + ")", "too_many_messages"};
     ojson render = {{"messages", j["messages"]}};
-    if (j.contains("tools") && !j["tools"].is_null()) render["tools"] = j["tools"];
+    std::string tool_choice = "auto";
+    if (j.contains("tool_choice") && !j["tool_choice"].is_null()) {
+      if (!j["tool_choice"].is_string() || (j["tool_choice"] != "auto" && j["tool_choice"] != "none"))
+        throw BadRequest{400, "tool_choice: only \"auto\" and \"none\" are supported (required and named need "
+                              "constrained decoding)", "unsupported_field"};
+      tool_choice = j["tool_choice"].get<std::string>();
+    }
+    if (j.contains("tools") && !j["tools"].is_null() && tool_choice != "none") render["tools"] = j["tools"];
     std::string mode = "chat";
     if (j.contains("reasoning_effort") && !j["reasoning_effort"].is_null()) {
       mode = "thinking";
-      render["reasoning_effort"] = j["reasoning_effort"];
+      render["reasoning_effort"] = effort_of(j["reasoning_effort"]);
     }
     if (j.contains("thinking_mode")) {
       if (!j["thinking_mode"].is_string()) throw BadRequest{400, "thinking_mode must be \"thinking\" or \"chat\"", ""};
@@ -277,7 +543,6 @@ struct Server {
     const bool thinking = mode == "thinking";
     const std::string id = next_id("chatcmpl-"), model = opt.name;
     const int64_t created = now();
-    // Runs after this handler returned when streaming: capture by value only.
     auto finish_of = [this, thinking](const text::TextResult& r, text::ParsedMessage* msg) {
       const auto& toks = loaded->chat_tokens();
       auto pm = text::parse_completion(r.text + (r.finish == text::TextFinish::stop ? toks.eos : ""),
@@ -306,19 +571,22 @@ struct Server {
                  !last ? "new" : extends ? "extends its last turn" : "does not extend its last turn", r.cached_tokens,
                  r.prompt_tokens);
     };
+    std::shared_ptr<Job> job = submit(request_of(*prompt, o, true));
     if (!stream) {
-      std::lock_guard<std::mutex> lock(gen);
-      auto r = loaded->complete(*prompt, o);
-      if (!r.ok()) throw from_status(r.status());
-      note_session(*prompt, *r);
+      wait_done(*job);
+      const text::TextDone& d = job->result;
+      if (d.result.finish == text::TextFinish::error) throw from_status(d.status);
+      if (d.result.finish == text::TextFinish::cancelled)
+        throw BadRequest{503, "request cancelled (server shutting down)", "cancelled"};
+      note_session(*prompt, d.result);
       text::ParsedMessage msg;
-      const std::string fr = finish_of(*r, &msg);
+      const std::string fr = finish_of(d.result, &msg);
       ojson m = text::to_openai_json(msg);
       if (m.contains("tool_calls") && m["tool_calls"].empty()) m.erase("tool_calls");
       if (!thinking) m.erase("reasoning_content");
       ojson body = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
                     {"choices", ojson::array({{{"index", 0}, {"message", m}, {"finish_reason", fr}}})},
-                    {"usage", usage(*r)}};
+                    {"usage", usage(d.result)}};
       if (session) body["session_id"] = *session;
       send_json(res, 200, body);
       return;
@@ -326,66 +594,70 @@ struct Server {
     const bool include_usage = j.contains("stream_options") && j["stream_options"].is_object() &&
                                j["stream_options"].value("include_usage", false);
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, prompt = *prompt, o, thinking, id, model, created,
-                                                           include_usage, finish_of, session,
-                                                           note_session](size_t, httplib::DataSink& sink) mutable {
-      auto chunk = [&](const ojson& delta, const ojson& finish) {
-        ojson c{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
-                {"choices", ojson::array({{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}})}};
-        if (session) c["session_id"] = *session;
-        return c;
-      };
-      auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-      struct Ctx {
-        ChatSplitter split;
-        std::function<bool(const ojson&, const ojson&)> emit;
-      } ctx{ChatSplitter(thinking, loaded->chat_tokens()), nullptr};
-      ctx.emit = [&](const ojson& delta, const ojson& finish) { return write(sse(chunk(delta, finish))); };
-      if (!ctx.emit({{"role", "assistant"}, {"content", ""}}, nullptr)) return false;
-      o.ctx = &ctx;
-      o.on_text = [](void* c, int32_t, std::string_view piece) {
-        auto& x = *static_cast<Ctx*>(c);
-        if (piece.empty()) return true;
-        auto [r, t] = x.split.push(piece, false);
-        if (!r.empty() && !x.emit({{"reasoning_content", r}}, nullptr)) return false;
-        if (!t.empty() && !x.emit({{"content", t}}, nullptr)) return false;
-        return true;
-      };
-      std::lock_guard<std::mutex> lock(gen);
-      auto r = loaded->complete(prompt, o);
-      if (!r.ok()) {
-        write(sse(error_body(r.status().message(), "invalid_request_error")));
-        sink.done();
-        return true;
-      }
-      if (r->finish == text::TextFinish::cancelled) return false;  // the client went away
-      note_session(prompt, *r);
-      auto [rr, tt] = ctx.split.push("", true);
-      if (!rr.empty()) ctx.emit({{"reasoning_content", rr}}, nullptr);
-      if (!tt.empty()) ctx.emit({{"content", tt}}, nullptr);
-      text::ParsedMessage msg;
-      const std::string fr = finish_of(*r, &msg);
-      if (!msg.tool_calls.empty()) {
-        ojson calls = text::to_openai_json(msg)["tool_calls"];
-        for (size_t i = 0; i < calls.size(); ++i) calls[i]["index"] = i;
-        ctx.emit({{"tool_calls", calls}}, nullptr);
-      }
-      ctx.emit(ojson::object(), fr);
-      if (include_usage) {
-        ojson u = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
-                   {"choices", ojson::array()}, {"usage", usage(*r)}};
-        if (session) u["session_id"] = *session;
-        write(sse(u));
-      }
-      write("data: [DONE]\n\n");
-      sink.done();
-      return true;
-    });
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, job, prompt = *prompt, thinking, id, model, created, include_usage, finish_of, session,
+         note_session](size_t, httplib::DataSink& sink) {
+          auto chunk = [&](const ojson& delta, const ojson& finish) {
+            ojson c{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
+                    {"choices", ojson::array({{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}})}};
+            if (session) c["session_id"] = *session;
+            return c;
+          };
+          auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+          auto emit = [&](const ojson& delta, const ojson& finish) { return write(sse(chunk(delta, finish))); };
+          ChatSplitter split(thinking, loaded->chat_tokens());
+          if (!emit({{"role", "assistant"}, {"content", ""}}, nullptr)) {
+            cancel(*job);
+            return false;
+          }
+          const bool ok = pump(*job, sink, [&](const std::string& piece) {
+            auto [r, t] = split.push(piece, false);
+            if (!r.empty() && !emit({{"reasoning_content", r}}, nullptr)) return false;
+            if (!t.empty() && !emit({{"content", t}}, nullptr)) return false;
+            return true;
+          });
+          if (!ok) return false;
+          const text::TextDone& d = job->result;
+          if (d.result.finish == text::TextFinish::error) {
+            write(sse(error_body(d.status.message(), "invalid_request_error")));
+            sink.done();
+            return true;
+          }
+          if (d.result.finish == text::TextFinish::cancelled) {  // shutdown or a slow reader
+            write(sse(error_body(job->overflow ? "cancelled: the client did not read its stream"
+                                               : "cancelled: server shutting down", "server_error", "cancelled")));
+            sink.done();
+            return true;
+          }
+          note_session(prompt, d.result);
+          auto [rr, tt] = split.push("", true);
+          if (!rr.empty()) emit({{"reasoning_content", rr}}, nullptr);
+          if (!tt.empty()) emit({{"content", tt}}, nullptr);
+          text::ParsedMessage msg;
+          const std::string fr = finish_of(d.result, &msg);
+          if (!msg.tool_calls.empty()) {
+            ojson calls = text::to_openai_json(msg)["tool_calls"];
+            for (size_t i = 0; i < calls.size(); ++i) calls[i]["index"] = i;
+            emit({{"tool_calls", calls}}, nullptr);
+          }
+          emit(ojson::object(), fr);
+          if (include_usage) {
+            ojson u = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
+                       {"choices", ojson::array()}, {"usage", usage(d.result)}};
+            if (session) u["session_id"] = *session;
+            write(sse(u));
+          }
+          write("data: [DONE]\n\n");
+          sink.done();
+          return true;
+        });
   }
 
   void completions(const httplib::Request& req, httplib::Response& res) {
     if (!check_ready(res)) return;
     ojson j = parse_body(req);
+    check_fields(j, false);
     std::string prompt;
     if (j.contains("prompt") && j["prompt"].is_string()) prompt = j["prompt"].get<std::string>();
     else if (j.contains("prompt") && j["prompt"].is_array() && j["prompt"].size() == 1 && j["prompt"][0].is_string())
@@ -401,43 +673,129 @@ struct Server {
       return ojson{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
                    {"choices", ojson::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}}})}};
     };
-    if (!want_stream(j)) {
-      std::lock_guard<std::mutex> lock(gen);
-      auto r = loaded->complete(prompt, o);
-      if (!r.ok()) throw from_status(r.status());
-      ojson b = body_of(r->text, text::text_finish_name(r->finish));
-      b["usage"] = usage(*r);
+    const bool stream = want_stream(j);
+    std::shared_ptr<Job> job = submit(request_of(prompt, o, true));
+    if (!stream) {
+      wait_done(*job);
+      const text::TextDone& d = job->result;
+      if (d.result.finish == text::TextFinish::error) throw from_status(d.status);
+      if (d.result.finish == text::TextFinish::cancelled)
+        throw BadRequest{503, "request cancelled (server shutting down)", "cancelled"};
+      ojson b = body_of(d.result.text, text::text_finish_name(d.result.finish));
+      b["usage"] = usage(d.result);
       send_json(res, 200, b);
       return;
     }
-    res.set_chunked_content_provider("text/event-stream", [this, prompt, o, body_of](size_t, httplib::DataSink& sink) mutable {
-      struct Ctx {
-        httplib::DataSink* sink;
-        decltype(body_of)* body;
-      } ctx{&sink, &body_of};
-      o.ctx = &ctx;
-      o.on_text = [](void* c, int32_t, std::string_view piece) {
-        auto& x = *static_cast<Ctx*>(c);
-        if (piece.empty()) return true;
-        const std::string s = sse((*x.body)(std::string(piece), nullptr));
-        return x.sink->write(s.data(), s.size());
-      };
-      std::lock_guard<std::mutex> lock(gen);
-      auto r = loaded->complete(prompt, o);
-      if (!r.ok() || r->finish == text::TextFinish::cancelled) {
-        if (!r.ok()) {
-          const std::string s = sse(error_body(r.status().message(), "invalid_request_error"));
-          sink.write(s.data(), s.size());
-          sink.done();
-          return true;
-        }
-        return false;
+    res.set_chunked_content_provider("text/event-stream", [this, job, body_of](size_t, httplib::DataSink& sink) {
+      const bool ok = pump(*job, sink, [&](const std::string& piece) {
+        const std::string s = sse(body_of(piece, nullptr));
+        return sink.write(s.data(), s.size());
+      });
+      if (!ok) return false;
+      const text::TextDone& d = job->result;
+      if (d.result.finish == text::TextFinish::error || d.result.finish == text::TextFinish::cancelled) {
+        const std::string s = sse(error_body(d.result.finish == text::TextFinish::error ? d.status.message() : "cancelled",
+                                             "server_error"));
+        sink.write(s.data(), s.size());
+        sink.done();
+        return true;
       }
-      const std::string last = sse(body_of("", text::text_finish_name(r->finish))) + "data: [DONE]\n\n";
+      const std::string last = sse(body_of("", text::text_finish_name(d.result.finish))) + "data: [DONE]\n\n";
       sink.write(last.data(), last.size());
       sink.done();
       return true;
     });
+  }
+
+  std::string metrics_text() {
+    EngineCounts c;
+    if (batch) c = batch->counts();
+    std::string out;
+    std::lock_guard<std::mutex> lock(metrics.mu);
+    out += "# HELP dsv41_requests_total HTTP requests answered, by path and status code.\n"
+           "# TYPE dsv41_requests_total counter\n";
+    for (const auto& [k, n] : metrics.requests)
+      out += fmt::format("dsv41_requests_total{{path=\"{}\",code=\"{}\"}} {}\n", k.first, k.second, n);
+    out += "# HELP dsv41_engine_requests_total Generation requests ended, by finish reason.\n"
+           "# TYPE dsv41_engine_requests_total counter\n";
+    for (const char* f : {"stop", "length", "cancelled", "cancelled_slow_reader", "error"})
+      out += fmt::format("dsv41_engine_requests_total{{finish=\"{}\"}} {}\n", f,
+                         metrics.finishes.count(f) ? metrics.finishes.at(f) : 0);
+    auto counter = [&](const char* name, const char* help, uint64_t v) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, v);
+    };
+    auto gauge = [&](const char* name, const char* help, double v) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, v);
+    };
+    counter("dsv41_refused_total", "Requests refused because the queue was full (429).", metrics.refused);
+    counter("dsv41_prompt_tokens_total", "Prompt tokens of ended requests.", metrics.prompt_tokens);
+    counter("dsv41_completion_tokens_total", "Generated tokens of ended requests.", metrics.completion_tokens);
+    counter("dsv41_cached_tokens_total", "Prompt tokens resumed from the session store.", metrics.cached_tokens);
+    counter("dsv41_engine_steps_total", "Engine steps run.", c.steps);
+    gauge("dsv41_queue_depth", "Requests waiting for admission.", c.queued);
+    gauge("dsv41_running_requests", "Admitted requests (prefilling or decoding).", c.prefilling + c.decoding);
+    gauge("dsv41_prefilling_requests", "Admitted requests still in prefill.", c.prefilling);
+    gauge("dsv41_cache_bytes", "Estimated cache bytes reserved by admitted requests.", double(c.cache_bytes));
+    gauge("dsv41_draining", "1 while shutting down.", draining ? 1 : 0);
+    metrics.step.write(out, "dsv41_step_seconds", "Wall time of one engine step.");
+    metrics.ttft.write(out, "dsv41_time_to_first_token_seconds", "From submission to the first generated token.");
+    return out;
+  }
+
+  // The stepping thread: steps while there is work, sleeps until a submit otherwise.
+  void stepper() {
+    uint64_t seen = 0;
+    while (!stopping) {
+      if (batch->idle()) {
+        std::unique_lock<std::mutex> lock(wake_mu);
+        wake_cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return wakes != seen || stopping; });
+        seen = wakes;
+        continue;
+      }
+      const auto t0 = Clock::now();
+      batch->step();
+      const double dt = seconds_since(t0);
+      std::lock_guard<std::mutex> lock(metrics.mu);
+      metrics.step.observe(dt);
+    }
+  }
+
+  // SIGTERM/SIGINT: stop admitting, let running requests finish until the deadline, cancel the rest, stop.
+  void watch_signals() {
+    while (!g_stop_signal && !stopping) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (stopping) return;
+    draining = true;
+    const auto t0 = Clock::now();
+    EngineCounts c;
+    if (batch) c = batch->counts();
+    fmt::print(stderr, "dsv41 serve: {}: draining ({} running, {} queued; deadline {} s)\n",
+               g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", c.prefilling + c.decoding, c.queued, opt.shutdown_timeout);
+    const auto deadline = t0 + std::chrono::duration<double>(opt.shutdown_timeout);
+    while (batch && !batch->idle() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    size_t cancelled = 0;
+    if (batch && !batch->idle()) {
+      std::vector<RequestId> ids;
+      {
+        std::lock_guard<std::mutex> lock(live_mu);
+        ids.assign(live.begin(), live.end());
+      }
+      for (RequestId id : ids)
+        if (batch->cancel(id).ok()) ++cancelled;
+      const auto hard = Clock::now() + std::chrono::seconds(5);
+      while (!batch->idle() && Clock::now() < hard) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // handlers send their last chunks
+    fmt::print(stderr, "dsv41 serve: drained in {:.2f} s ({}), stopping\n", seconds_since(t0),
+               cancelled ? fmt::format("cancelled the requests still running") : std::string("all requests finished"));
+    http.stop();
+  }
+
+  bool authorized(const httplib::Request& req) const {
+    if (opt.api_key.empty()) return true;
+    const std::string want = "Bearer " + opt.api_key, got = req.get_header_value("Authorization");
+    unsigned diff = got.size() != want.size();
+    for (size_t i = 0; i < want.size(); ++i) diff |= unsigned(uint8_t(want[i]) ^ uint8_t(i < got.size() ? got[i] : 0));
+    return diff == 0;
   }
 
   int run() {
@@ -452,9 +810,29 @@ struct Server {
         }
       };
     };
+    http.new_task_queue = [this] { return new httplib::ThreadPool(size_t(opt.threads)); };
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (req.path.rfind("/v1/", 0) != 0 || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
+      res.set_header("WWW-Authenticate", "Bearer");
+      send_json(res, 401, error_body("invalid or missing API key (Authorization: Bearer KEY)", "invalid_request_error",
+                                     "invalid_api_key"));
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      std::string path = req.path;
+      if (path != "/v1/chat/completions" && path != "/v1/completions" && path != "/v1/models" && path != "/health" &&
+          path != "/metrics")
+        path = "other";
+      std::lock_guard<std::mutex> lock(metrics.mu);
+      ++metrics.requests[{path, res.status}];
+    });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      if (ready) send_json(res, 200, {{"status", "ok"}});
+      if (draining) send_json(res, 503, {{"status", "draining"}});
+      else if (ready) send_json(res, 200, {{"status", "ok"}});
       else send_json(res, 503, {{"status", load_error.empty() ? "loading" : "failed"}, {"error", load_error}});
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics_text(), "text/plain; version=0.0.4");
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       send_json(res, 200, {{"object", "list"},
@@ -462,13 +840,22 @@ struct Server {
     });
     http.Post("/v1/chat/completions", guarded(&Server::chat));
     http.Post("/v1/completions", guarded(&Server::completions));
-    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
-      const std::string msg = res.status == 404 ? "no route " + req.method + " " + req.path : "request failed";
-      send_json(res, res.status, error_body(msg, "invalid_request_error"));
+      const std::string msg = res.status == 404   ? "no route " + req.method + " " + req.path
+                              : res.status == 413 ? "request body larger than " + std::to_string(opt.max_body_bytes) + " bytes"
+                                                  : "request failed";
+      send_json(res, res.status, error_body(msg, "invalid_request_error", res.status == 413 ? "body_too_large" : ""));
     });
-    http.set_payload_max_length(64 << 20);
-    std::thread loader([this] {
+    http.set_payload_max_length(size_t(opt.max_body_bytes));
+    http.set_read_timeout(opt.idle_timeout, 0);
+    http.set_keep_alive_timeout(std::min(opt.idle_timeout, 5));  // also how long stop() waits for idle connections
+    http.set_write_timeout(opt.write_timeout, 0);
+    std::signal(SIGPIPE, SIG_IGN);
+    std::signal(SIGTERM, on_stop_signal);
+    std::signal(SIGINT, on_stop_signal);
+    std::thread step_thread;
+    std::thread loader([this, &step_thread] {
       if (opt.load_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(opt.load_delay_ms));
       auto l = load_text_model(opt.load);
       if (!l.ok()) {
@@ -485,16 +872,35 @@ struct Server {
       }
       if (!dir->empty())
         fmt::print(stderr, "dsv41 serve: sessions stored in {} (blocks of {} tokens)\n", *dir, opt.sessions.block);
+      EngineOptions eo;
+      eo.max_running = opt.sequential ? 1 : opt.max_running;
+      eo.max_queued = opt.max_queued;
+      eo.step_tokens = opt.step_tokens;
+      auto b = loaded->make_batch(eo);
+      if (!b.ok()) {
+        load_error = b.status().to_string();
+        fmt::print(stderr, "dsv41 serve: {}\n", load_error);
+        return;
+      }
+      batch = std::move(b).value();
+      step_thread = std::thread([this] { stepper(); });
       ready = true;
-      fmt::print(stderr, "dsv41 serve: model ready\n");
+      fmt::print(stderr, "dsv41 serve: model ready ({} running at most, {} queued, {} tokens a step)\n", eo.max_running,
+                 eo.max_queued, eo.step_tokens);
     });
+    std::thread watcher([this] { watch_signals(); });
     fmt::print(stderr, "dsv41 serve: listening on http://{}:{}\n", opt.host, opt.port);
     const bool ok = http.listen(opt.host, opt.port);
+    stopping = true;
     loader.join();
+    watcher.join();
+    wake_cv.notify_all();
+    if (step_thread.joinable()) step_thread.join();
     if (!ok) {
       fmt::print(stderr, "dsv41 serve: cannot listen on {}:{}\n", opt.host, opt.port);
       return 1;
     }
+    fmt::print(stderr, "dsv41 serve: stopped\n");
     return 0;
   }
 };
@@ -502,6 +908,9 @@ struct Server {
 int run_serve(void* p) {
   auto& o = *static_cast<ServeOpts*>(p);
   if (o.name.empty()) o.name = std::filesystem::path(o.load.model_dir).filename().string();
+  if (o.api_key.empty())
+    if (const char* k = std::getenv("DSV41_API_KEY")) o.api_key = k;
+  if (o.threads < 1) o.threads = o.max_running + o.max_queued + 8;
   auto* s = new Server;  // lives until exit: handlers may still hold it while the process stops
   s->opt = o;
   return s->run();
@@ -520,6 +929,20 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--model-name", o->name, "name reported by /v1/models (default: the directory name)");
   sub->add_option("--max-tokens-cap", o->max_tokens_cap, "largest max_tokens a request may ask for");
   sub->add_option("--debug-load-delay-ms", o->load_delay_ms, "wait before loading (tests the 503 answer)");
+  sub->add_option("--api-key", o->api_key, "require Authorization: Bearer KEY on /v1/* (default $DSV41_API_KEY)");
+  sub->add_option("--max-running", o->max_running, "requests sharing the engine's steps")->check(CLI::Range(1, 4096));
+  sub->add_option("--max-queued", o->max_queued, "requests waiting beyond those (then 429)")->check(CLI::Range(0, 100000));
+  sub->add_option("--step-tokens", o->step_tokens, "tokens one engine step runs (decodes + prefill chunks)");
+  sub->add_flag("--sequential", o->sequential, "one request at a time (max-running 1), for comparisons");
+  sub->add_option("--threads", o->threads, "HTTP worker threads (default max-running + max-queued + 8)");
+  sub->add_option("--request-timeout", o->request_timeout, "seconds a request may take")->check(CLI::Range(1, 86400));
+  sub->add_option("--idle-timeout", o->idle_timeout, "seconds to read a request / keep an idle connection")->check(CLI::Range(1, 3600));
+  sub->add_option("--write-timeout", o->write_timeout, "seconds one write to a client may block")->check(CLI::Range(1, 3600));
+  sub->add_option("--keepalive-ms", o->keepalive_ms, "SSE keep-alive comment after this long without output")->check(CLI::Range(10, 60000));
+  sub->add_option("--shutdown-timeout", o->shutdown_timeout, "seconds SIGTERM lets running requests finish");
+  sub->add_option("--max-body-bytes", o->max_body_bytes, "largest request body (413 beyond)");
+  sub->add_option("--max-messages", o->max_messages, "most messages in a chat request (400 beyond)");
+  sub->add_option("--max-queue-bytes", o->max_queue_bytes, "unread output of a request before it is cancelled");
   add_session_options(sub, o->sessions);
   return {sub, run_serve, o};
 }

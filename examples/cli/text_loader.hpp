@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <dsv41/model/model.hpp>
+#include <dsv41/runtime/text_engine.hpp>
 #include <dsv41/runtime/text_model.hpp>
 #include <dsv41/session/cache_dir.hpp>
 
@@ -45,6 +46,8 @@ class TextEngine {
   // Prompts continue a finished request's live state when they extend it (the active tier, in memory), else resume
   // from a session store in cache_dir (global KV on disk, windows in a host pool); both are stored into.
   virtual Status enable_sessions(const std::string& model_dir, const std::string& cache_dir, int block) = 0;
+  // A batching engine over the same model, tokenizer and session store (runtime/text_engine.hpp); this must outlive it.
+  virtual Result<std::unique_ptr<text::TextEngineBase>> make_batch(const EngineOptions& o) const = 0;
 };
 
 // The engine over a model type M (Model<> here; Model<Dynamic, Cuda> in text_cuda.cu).
@@ -64,6 +67,11 @@ class TextEngineOf : public TextEngine {
   Result<std::string> render(const nlohmann::ordered_json& r) const override { return text_->render(r); }
   Result<text::TextResult> complete(std::string_view p, const text::TextOptions& o) const override {
     return text_->complete(p, o);
+  }
+  Result<std::unique_ptr<text::TextEngineBase>> make_batch(const EngineOptions& o) const override {
+    auto b = text::TextEngine<M>::make(*text_, o);
+    if (!b.ok()) return b.status();
+    return Result<std::unique_ptr<text::TextEngineBase>>(std::move(b).value());
   }
   Status score(std::span<const int32_t> ids, bool bounded_replay, std::vector<float>& logits) const override {
     auto st = new_sequence_of(*model_, int64_t(ids.size()));

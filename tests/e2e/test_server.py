@@ -148,7 +148,7 @@ try:
     check(r.stdout.rsplit("\n", 1)[1] == "404", "curl unknown route -> 404")
     r = curl("-N", "-d", json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "stream": True}),
              base + "/v1/chat/completions")
-    events = [line for line in r.stdout.split("\n") if line]
+    events = [line for line in r.stdout.split("\n") if line and not line.startswith(":")]  # ": keep-alive" comments
     check(all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]", "curl SSE framing")
     hang = subprocess.Popen(["curl", "-sN", "--max-time", "0.3", "-d",
                              json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 400,

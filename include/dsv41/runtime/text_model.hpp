@@ -31,10 +31,10 @@ struct TextOptions {
   void* ctx = nullptr;
 };
 
-enum class TextFinish { stop, length, cancelled };
+enum class TextFinish { stop, length, cancelled, error };  // error: only from TextEngine (runtime/text_engine.hpp)
 
 inline const char* text_finish_name(TextFinish f) {
-  return f == TextFinish::stop ? "stop" : f == TextFinish::length ? "length" : "cancelled";
+  return f == TextFinish::stop ? "stop" : f == TextFinish::length ? "length" : f == TextFinish::error ? "error" : "cancelled";
 }
 
 struct TextResult {
@@ -49,11 +49,74 @@ struct TextResult {
 // The session store hooks (runtime/session_hooks.hpp), also as text::SessionHooks.
 using dsv41::SessionHooks;
 
+// Incremental detokenization with stop strings: text is released only once no stop string can still begin
+// in it, and never half a UTF-8 character. on_text gets each token's id with the text that became final
+// with it (id -1 for what finish() releases); stop, the tokenizer and ctx must outlive the stream.
+class TextStream {
+ public:
+  using OnText = bool (*)(void* ctx, int32_t id, std::string_view piece);
+  TextStream(const Tokenizer& tok, int32_t eos, const std::vector<std::string>& stop, OnText on_text, void* ctx)
+      : dec_(tok.stream_decoder()), eos_(eos), stop_(&stop), on_text_(on_text), ctx_(ctx) {}
+
+  std::string text;  // everything final so far (released or held)
+  bool stopped_by_string = false, cancelled = false;
+
+  // A generated token; false when a stop string ended the text or on_text cancelled. EOS adds no text.
+  bool push(int32_t id) {
+    cur_ = id;
+    if (id == eos_) return !on_text_ || on_text_(ctx_, id, {});
+    text += dec_.push(id);
+    return scan(false);
+  }
+  // The end of generation: releases what was held back.
+  void finish() {
+    cur_ = -1;
+    text += dec_.flush();
+    scan(true);
+  }
+
+ private:
+  bool scan(bool final) {
+    size_t hold = 0;
+    for (const auto& s : *stop_) {
+      const size_t at = text.find(s, released_ >= s.size() ? released_ - s.size() + 1 : 0);
+      if (at != std::string::npos) {
+        text.resize(at);
+        stopped_by_string = true;
+        release(text.size());
+        return false;
+      }
+      hold = std::max(hold, s.size() - 1);
+    }
+    size_t upto = final ? text.size() : (text.size() > hold ? text.size() - hold : 0);
+    while (upto > released_ && upto < text.size() && (uint8_t(text[upto]) & 0xC0) == 0x80) --upto;  // char boundary
+    if (!release(upto)) {
+      cancelled = true;
+      return false;
+    }
+    return true;
+  }
+  bool release(size_t upto) {
+    const std::string_view piece(text.data() + released_, upto > released_ ? upto - released_ : 0);
+    released_ = std::max(released_, upto);
+    return !on_text_ || on_text_(ctx_, cur_, piece);
+  }
+
+  Tokenizer::StreamDecoder dec_;
+  int32_t eos_;
+  const std::vector<std::string>* stop_;
+  OnText on_text_;
+  void* ctx_;
+  size_t released_ = 0;
+  int32_t cur_ = -1;  // the token being handled, reported with the text it releases
+};
+
 template <class M>
 class TextModel {
  public:
   // Prompts resume from (and store into) a session store; the hooks' ctx must outlive the model's use.
   void set_session(SessionHooks<typename M::State> h) { session_ = h; }
+  const SessionHooks<typename M::State>& session() const { return session_; }
 
   // tok must match the model's vocabulary; the chat tokens must exist in it.
   static Result<TextModel> make(const M& model, Tokenizer tok, ChatTokens chat = {}) {
@@ -92,7 +155,9 @@ class TextModel {
     auto made = new_sequence_of(*model_, cap);
     if (!made.ok()) return made.status();
     auto& st = *made;
-    Stream stream{this, &o, tok_.stream_decoder(), {}, 0, false, false};
+    for (const auto& st_str : o.stop)
+      if (st_str.empty()) return error(Code::invalid_argument, "empty stop string");
+    Stream stream{&o, TextStream(tok_, eos_id(), o.stop, o.on_text, o.ctx)};
     // With a session store: resume, run the rest in chunks that end at block boundaries, record each boundary.
     int64_t cached = 0;
     if (session_.block > 0 && session_.resume) {
@@ -102,8 +167,6 @@ class TextModel {
       stream.state = &st;
       stream.tokens.assign(ids.begin(), ids.end());
     }
-    for (const auto& st_str : o.stop)
-      if (st_str.empty()) return error(Code::invalid_argument, "empty stop string");
     GenerateOptions g;
     g.max_tokens = o.max_tokens;
     g.sampling = o.sampling;
@@ -141,10 +204,11 @@ class TextModel {
     out.drafted = r->drafted;
     out.accepted = r->accepted;
     out.spec_steps = r->spec_steps;
-    if (!stream.stopped_by_string && !stream.cancelled) stream.finish_text();
-    out.text = std::move(stream.text);
-    if (stream.stopped_by_string || r->finish == FinishReason::stop) out.finish = TextFinish::stop;
-    else if (stream.cancelled) out.finish = TextFinish::cancelled;
+    TextStream& ts = stream.ts;
+    if (!ts.stopped_by_string && !ts.cancelled) ts.finish();
+    out.text = std::move(ts.text);
+    if (ts.stopped_by_string || r->finish == FinishReason::stop) out.finish = TextFinish::stop;
+    else if (ts.cancelled) out.finish = TextFinish::cancelled;
     else out.finish = TextFinish::length;
     return out;
   }
@@ -152,17 +216,10 @@ class TextModel {
  private:
   TextModel(const M& m, Tokenizer t, ChatTokens c) : model_(&m), tok_(std::move(t)), chat_(std::move(c)) {}
 
-  // Incremental detokenization with stop strings: text is released only once no stop string can
-  // still begin in it.
+  // The text stream of one completion, with the session store's boundary records.
   struct Stream {
-    const TextModel* self;
     const TextOptions* opts;
-    Tokenizer::StreamDecoder dec;
-    std::string text;       // everything final so far (released or held)
-    size_t released = 0;
-    bool stopped_by_string = false, cancelled = false;
-
-    int32_t cur = -1;  // the token being handled, reported with the text it releases
+    TextStream ts;
     // With a session store: the state, every token known (prompt then generated), the last boundary recorded.
     const SessionHooks<typename M::State>* session = nullptr;
     typename M::State* state = nullptr;
@@ -180,44 +237,11 @@ class TextModel {
     }
 
     bool push(int32_t id) {
-      cur = id;
       if (session) {
         at_boundary();  // the state holds everything before id
         tokens.push_back(id);
       }
-      if (id == self->eos_id()) return !opts->on_text || opts->on_text(opts->ctx, id, {});  // not part of the text
-      text += dec.push(id);
-      return scan(false);
-    }
-    void finish_text() {
-      cur = -1;
-      text += dec.flush();
-      scan(true);
-    }
-    bool scan(bool final) {
-      size_t hold = 0;
-      for (const auto& s : opts->stop) {
-        const size_t at = text.find(s, released >= s.size() ? released - s.size() + 1 : 0);
-        if (at != std::string::npos) {
-          text.resize(at);
-          stopped_by_string = true;
-          release(text.size());
-          return false;
-        }
-        hold = std::max(hold, s.size() - 1);
-      }
-      size_t upto = final ? text.size() : (text.size() > hold ? text.size() - hold : 0);
-      while (upto > released && upto < text.size() && (uint8_t(text[upto]) & 0xC0) == 0x80) --upto;  // char boundary
-      if (!release(upto)) {
-        cancelled = true;
-        return false;
-      }
-      return true;
-    }
-    bool release(size_t upto) {
-      const std::string_view piece(text.data() + released, upto > released ? upto - released : 0);
-      released = std::max(released, upto);
-      return !opts->on_text || opts->on_text(opts->ctx, cur, piece);
+      return ts.push(id);
     }
   };
 
