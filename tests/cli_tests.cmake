@@ -71,6 +71,9 @@ if(Python3_FOUND)
     endif()
     dsv41_cli_test(bundled_model_generate 0 "import os.*prompt tokens, 16 generated"
                    ARGS generate --model ${BUNDLED} --prompt "import os" --max-tokens 16 --speculative)
+    # llama.cpp's short flags; -c caps prompt + completion (a single-digit count of generated tokens, ended by it).
+    dsv41_cli_test(bundled_model_generate_short_flags 0 "\\[[0-9] prompt tokens, [0-9] generated, finish: length"
+                   ARGS generate -m ${BUNDLED} -p "import os" -n 1000 -s 7 -c 10)
     dsv41_cli_test(bundled_model_chat 0 "dsv41 chat \\(chat mode\\)" INPUT ${CLI_DATA}/chat_input.txt
                    ARGS chat --model ${BUNDLED} --max-tokens 8)
   endif()

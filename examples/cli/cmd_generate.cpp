@@ -8,6 +8,8 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include <dsv41/runtime/generation_config.hpp>
+
 #include "commands.hpp"
 #include "text_loader.hpp"
 
@@ -19,15 +21,31 @@ struct SamplingArgs {
   uint64_t seed = 0;
   float temperature = 0.f, top_p = 1.f, min_p = 0.f;
   int top_k = 0;
+  int64_t context = 0;
   bool speculative = false;
+  CLI::Option *o_max = nullptr, *o_temp = nullptr, *o_top_k = nullptr, *o_top_p = nullptr, *o_min_p = nullptr;
+  // The long names, and llama.cpp's short ones (-n, -s, -c).
   void add(CLI::App* sub) {
-    sub->add_option("--max-tokens", max_tokens, "tokens to generate at most")->check(CLI::NonNegativeNumber);
-    sub->add_option("--seed", seed, "64-bit sampling seed (same seed, same tokens)");
-    sub->add_option("--temperature", temperature, "0 = greedy")->check(CLI::NonNegativeNumber);
-    sub->add_option("--top-k", top_k, "keep the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
-    sub->add_option("--top-p", top_p, "nucleus mass")->check(CLI::Range(0.0, 1.0));
-    sub->add_option("--min-p", min_p, "drop tokens below min_p times the top probability")->check(CLI::Range(0.0, 1.0));
+    o_max = sub->add_option("-n,--max-tokens", max_tokens, "tokens to generate at most")->check(CLI::NonNegativeNumber);
+    sub->add_option("-s,--seed", seed, "64-bit sampling seed (same seed, same tokens)");
+    o_temp = sub->add_option("--temperature", temperature, "0 = greedy")->check(CLI::NonNegativeNumber);
+    o_top_k = sub->add_option("--top-k", top_k, "keep the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
+    o_top_p = sub->add_option("--top-p", top_p, "nucleus mass")->check(CLI::Range(0.0, 1.0));
+    o_min_p = sub->add_option("--min-p", min_p, "drop tokens below min_p times the top probability")->check(CLI::Range(0.0, 1.0));
+    sub->add_option("-c,--ctx-size", context, "prompt + completion at most this many tokens (0: the model's)")
+        ->check(CLI::NonNegativeNumber);
     sub->add_flag("--speculative", speculative, "DSpark speculative decoding (lossless)");
+  }
+  // The model directory's generation_config.json fills what the command line left unset.
+  Status apply_defaults(const std::string& model_dir) {
+    auto g = load_generation_defaults(model_dir);
+    if (!g.ok()) return g.status();
+    if (g->temperature && !o_temp->count()) temperature = *g->temperature;
+    if (g->top_k && !o_top_k->count()) top_k = *g->top_k;
+    if (g->top_p && !o_top_p->count()) top_p = *g->top_p;
+    if (g->min_p && !o_min_p->count()) min_p = *g->min_p;
+    if (g->max_new_tokens && !o_max->count()) max_tokens = *g->max_new_tokens;
+    return Status::Ok();
   }
   text::TextOptions options() const {
     text::TextOptions o;
@@ -38,6 +56,7 @@ struct SamplingArgs {
     o.sampling.min_p = min_p;
     o.sampling.seed = seed;
     o.speculative = speculative;
+    o.context = context;
     return o;
   }
 };
@@ -56,7 +75,11 @@ bool print_piece(void*, int32_t, std::string_view piece) {
 }
 
 int run_generate(void* p) {
-  const auto& o = *static_cast<GenerateOpts*>(p);
+  auto& o = *static_cast<GenerateOpts*>(p);
+  if (Status d = o.sampling.apply_defaults(o.load.model_dir); !d.ok()) {
+    fmt::print(stderr, "error: {}\n", d.to_string());
+    return 1;
+  }
   auto l = load_text_model(o.load);
   if (!l.ok()) {
     fmt::print(stderr, "error: {}\n", l.status().to_string());
@@ -93,6 +116,10 @@ struct ChatOpts {
 int run_chat(void* p) {
   auto& o = *static_cast<ChatOpts*>(p);
   o.load.progress = true;
+  if (Status d = o.sampling.apply_defaults(o.load.model_dir); !d.ok()) {
+    fmt::print(stderr, "error: {}\n", d.to_string());
+    return 1;
+  }
   auto l = load_text_model(o.load);
   if (!l.ok()) {
     fmt::print(stderr, "error: {}\n", l.status().to_string());
@@ -144,10 +171,10 @@ int run_chat(void* p) {
 Command add_generate(CLI::App& app) {
   auto* o = new GenerateOpts;
   auto* sub = app.add_subcommand("generate", "Continue a text prompt");
-  sub->add_option("--model", o->load.model_dir, "model directory")->required();
+  sub->add_option("-m,--model", o->load.model_dir, "model directory")->required();
   sub->add_option("--tokenizer", o->load.tokenizer, "tokenizer.json (default MODEL/tokenizer.json)");
   sub->add_option("--device", o->load.device, "cpu (reference) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  sub->add_option("--prompt", o->prompt, "prompt text")->required();
+  sub->add_option("-p,--prompt", o->prompt, "prompt text")->required();
   sub->add_flag("--no-bos", o->no_bos, "do not prepend the BOS token");
   o->sampling.add(sub);
   return {sub, run_generate, o};
@@ -156,7 +183,7 @@ Command add_generate(CLI::App& app) {
 Command add_chat(CLI::App& app) {
   auto* o = new ChatOpts;
   auto* sub = app.add_subcommand("chat", "Interactive chat in the V4.1 prompt format, streaming");
-  sub->add_option("--model", o->load.model_dir, "model directory")->required();
+  sub->add_option("-m,--model", o->load.model_dir, "model directory")->required();
   sub->add_option("--tokenizer", o->load.tokenizer, "tokenizer.json (default MODEL/tokenizer.json)");
   sub->add_option("--device", o->load.device, "cpu (reference) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--mode", o->mode, "chat or thinking")->check(CLI::IsMember({"chat", "thinking"}));

@@ -29,6 +29,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <dsv41/runtime/generation_config.hpp>
+
 #include "commands.hpp"
 #include "text_loader.hpp"
 
@@ -78,7 +80,8 @@ void send_error(httplib::Response& res, const BadRequest& e) {
 }
 
 // Reads the sampling fields shared by both endpoints.
-text::TextOptions sampling_of(const ojson& j, int default_max, int cap) {
+// Fields the request leaves out take the model directory's generation_config.json values (g), then the API's.
+text::TextOptions sampling_of(const ojson& j, int default_max, int cap, const GenerationDefaults& g) {
   text::TextOptions o;
   auto num = [&](const char* k, double lo, double hi, double def) {
     if (!j.contains(k) || j[k].is_null()) return def;
@@ -89,10 +92,10 @@ text::TextOptions sampling_of(const ojson& j, int default_max, int cap) {
   };
   const char* mt = j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   o.max_tokens = int(num(mt, 0, cap, default_max));
-  o.sampling.temperature = float(num("temperature", 0, 2, 1.0));
-  o.sampling.top_p = float(num("top_p", 0, 1, 1.0));
-  o.sampling.top_k = int(num("top_k", 0, 1e9, 0));
-  o.sampling.min_p = float(num("min_p", 0, 1, 0));
+  o.sampling.temperature = float(num("temperature", 0, 2, g.temperature.value_or(1.f)));
+  o.sampling.top_p = float(num("top_p", 0, 1, g.top_p.value_or(1.f)));
+  o.sampling.top_k = int(num("top_k", 0, 1e9, g.top_k.value_or(0)));
+  o.sampling.min_p = float(num("min_p", 0, 1, g.min_p.value_or(0.f)));
   if (j.contains("seed") && !j["seed"].is_null()) {
     if (!j["seed"].is_number_integer()) throw BadRequest{400, "seed must be an integer", ""};
     o.sampling.seed = j["seed"].get<uint64_t>();
@@ -290,6 +293,7 @@ struct Server {
   std::unique_ptr<text::TextEngineBase> batch;  // over *loaded
   std::atomic<uint64_t> counter{0};
   SessionIds session_ids{4096};
+  GenerationDefaults gen;  // the model directory's generation_config.json
   Metrics metrics;
   httplib::Server http;
   // Wakes the stepping thread: submits bump `wakes`.
@@ -538,7 +542,7 @@ struct Server {
     render["thinking_mode"] = mode;
     auto prompt = loaded->render(render);
     if (!prompt.ok()) throw from_status(prompt.status());
-    text::TextOptions o = sampling_of(j, 1024, opt.max_tokens_cap);
+    text::TextOptions o = sampling_of(j, 1024, opt.max_tokens_cap, gen);
     const bool stream = want_stream(j);
     const bool thinking = mode == "thinking";
     const std::string id = next_id("chatcmpl-"), model = opt.name;
@@ -666,7 +670,7 @@ struct Server {
     if (prompt.empty()) throw BadRequest{400, "prompt is empty", ""};
     const auto& toks = loaded->chat_tokens();
     if (prompt.rfind(toks.bos, 0) != 0) prompt = toks.bos + prompt;
-    text::TextOptions o = sampling_of(j, 16, opt.max_tokens_cap);
+    text::TextOptions o = sampling_of(j, 16, opt.max_tokens_cap, gen);
     const std::string id = next_id("cmpl-"), model = opt.name;
     const int64_t created = now();
     auto body_of = [id, model, created](const std::string& text, const ojson& finish) {
@@ -911,8 +915,14 @@ int run_serve(void* p) {
   if (o.api_key.empty())
     if (const char* k = std::getenv("DSV41_API_KEY")) o.api_key = k;
   if (o.threads < 1) o.threads = o.max_running + o.max_queued + 8;
+  auto gen = load_generation_defaults(o.load.model_dir);
+  if (!gen.ok()) {
+    fmt::print(stderr, "dsv41 serve: {}\n", gen.status().to_string());
+    return 1;
+  }
   auto* s = new Server;  // lives until exit: handlers may still hold it while the process stops
   s->opt = o;
+  s->gen = *gen;
   return s->run();
 }
 
@@ -921,7 +931,7 @@ int run_serve(void* p) {
 Command add_serve(CLI::App& app) {
   auto* o = new ServeOpts;
   auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
-  sub->add_option("--model", o->load.model_dir, "model directory")->required();
+  sub->add_option("-m,--model", o->load.model_dir, "model directory (default $DSV41_MODEL)")->required()->envname("DSV41_MODEL");
   sub->add_option("--tokenizer", o->load.tokenizer, "tokenizer.json (default MODEL/tokenizer.json)");
   sub->add_option("--device", o->load.device, "cpu (reference) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--host", o->host, "address to listen on");

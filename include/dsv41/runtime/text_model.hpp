@@ -23,6 +23,7 @@ struct TextOptions {
   bool speculative = false;            // DSpark drafting, lossless
   int prefill_chunk = 0;
   bool bounded_replay = false;
+  int64_t context = 0;                 // prompt + completion at most this many tokens (0: the model's positions)
   // Called once per generated token with its id and the text that became final with it (valid UTF-8;
   // empty while bytes are held back for an incomplete character or a possible stop string), and once
   // more with id −1 for what the end of generation releases. Return false to cancel.
@@ -147,7 +148,9 @@ class TextModel {
     const ModelShape& s = model_->shape();
     if (ids.empty()) return error(Code::invalid_argument, "empty prompt");
     if (o.max_tokens < 0) return error(Code::invalid_argument, "max_tokens must be >= 0");
-    const int64_t limit = s.max_position_embeddings > 0 ? s.max_position_embeddings : int64_t(1) << 40;
+    if (o.context < 0) return error(Code::invalid_argument, "context must be >= 0");
+    int64_t limit = s.max_position_embeddings > 0 ? s.max_position_embeddings : int64_t(1) << 40;
+    if (o.context > 0) limit = std::min(limit, o.context);
     if (int64_t(ids.size()) + 1 > limit)
       return error(Code::out_of_range, "prompt of " + std::to_string(ids.size()) + " tokens exceeds the context of " +
                                            std::to_string(limit));
@@ -168,7 +171,7 @@ class TextModel {
       stream.tokens.assign(ids.begin(), ids.end());
     }
     GenerateOptions g;
-    g.max_tokens = o.max_tokens;
+    g.max_tokens = int(std::min<int64_t>(o.max_tokens, limit - int64_t(ids.size())));  // the context ends it: length
     g.sampling = o.sampling;
     g.stop_ids = {eos_id()};
     g.speculative = o.speculative && s.n_dspark() > 0;
