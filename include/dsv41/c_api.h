@@ -6,10 +6,11 @@
  * dsv41_model_last_error / dsv41_session_last_error (valid until the next call on that handle). There is
  * no process-wide error state. No C++ exception and no abort crosses this boundary.
  *
- * Threads: a handle is used by one thread at a time unless a function says otherwise. Sessions of one model
- * may run on different threads at once: their forwards take the model's lock in turn (one forward runs at a
- * time per model). Callbacks run on the calling thread, inside the call that reports them; they must not
- * call back into the same session.
+ * Threads (each function says which applies): "any thread" functions may run concurrently with anything but
+ * the handle's free. "One thread per handle": calls on that handle must not overlap, because they write its
+ * last error. Sessions of one model may run on different threads at once: their forwards take the model's
+ * lock in turn (one forward at a time per model). Callbacks run on the calling thread, inside the call that
+ * reports them; they must not call into the same session.
  *
  * Sessions keep their sequence between calls (an in-memory continuation, not the disk session store): when
  * a new prompt's tokens begin with every token the sequence already holds, only the rest is run
@@ -70,9 +71,9 @@ typedef struct dsv41_load_options {
  * (dsv41_model_last_error), to be freed like any other; NULL only when not even that could be allocated
  * (DSV41_OUT_OF_MEMORY) or out is NULL. opt may be NULL. Any thread; several loads may run at once. */
 DSV41_C_EXPORT dsv41_status dsv41_model_load(const char* model_dir, const dsv41_load_options* opt, dsv41_model** out);
-/* Frees the model; its sessions must be freed first. NULL is ignored. */
+/* Frees the model; its sessions must be freed first. NULL is ignored. No other call on m may overlap it. */
 DSV41_C_EXPORT void dsv41_model_free(dsv41_model* m);
-/* The message of the last failing call on m ("" when none). Same thread as the calls on m. */
+/* The message of the last failing call on m ("" when none). One thread per handle. */
 DSV41_C_EXPORT const char* dsv41_model_last_error(const dsv41_model* m);
 /* "cpu" or "cuda"; NULL for a failed load. Any thread. */
 DSV41_C_EXPORT const char* dsv41_model_device(const dsv41_model* m);
@@ -82,7 +83,8 @@ DSV41_C_EXPORT int64_t dsv41_model_context_length(const dsv41_model* m);
 /* The end-of-sentence token id (a default stop id); -1 for a failed load. Any thread. */
 DSV41_C_EXPORT int32_t dsv41_model_eos_id(const dsv41_model* m);
 /* Tokenizes UTF-8 text (special-token text recognised) into out[0..capacity); *n_out = the token count,
- * which may exceed capacity (then DSV41_OUT_OF_RANGE and nothing beyond capacity is written). Any thread. */
+ * which may exceed capacity (then DSV41_OUT_OF_RANGE and nothing beyond capacity is written). One thread
+ * per handle (m's last error); it may overlap generation on m's sessions. */
 DSV41_C_EXPORT dsv41_status dsv41_model_tokenize(dsv41_model* m, const char* text, int32_t* out, size_t capacity,
                                                  size_t* n_out);
 
@@ -91,12 +93,13 @@ typedef struct dsv41_session_options {
   int64_t max_positions; /* the sequence's capacity; 0: min(context length, 8192) */
 } dsv41_session_options;
 
-/* A session on m (allocated at its first prompt). opt may be NULL. Errors go to m's last error. Same thread
- * as other calls on m's error (the model's lock is not needed). */
+/* A session on m; its sequence is allocated at its first prompt. opt may be NULL. Errors go to m's last
+ * error: one thread per model handle; it may overlap generation on m's other sessions. */
 DSV41_C_EXPORT dsv41_status dsv41_session_create(dsv41_model* m, const dsv41_session_options* opt,
                                                  dsv41_session** out);
-DSV41_C_EXPORT void dsv41_session_free(dsv41_session* s); /* NULL is ignored */
-/* Forgets the held sequence: the next prompt runs from its first token. */
+/* Every function on a session from here on: one thread per session handle. */
+DSV41_C_EXPORT void dsv41_session_free(dsv41_session* s); /* NULL is ignored; ends a begun generation */
+/* Forgets the held sequence (and a begun generation): the next prompt runs from its first token. */
 DSV41_C_EXPORT void dsv41_session_reset(dsv41_session* s);
 DSV41_C_EXPORT const char* dsv41_session_last_error(const dsv41_session* s);
 /* The tokens the session's sequence holds (its position). */
@@ -148,7 +151,10 @@ DSV41_C_EXPORT void dsv41_completion_free(dsv41_completion* c);
 
 /* Completes an OpenAI-style chat request ({"messages": [...], "tools", "thinking_mode": "chat" | "thinking",
  * ...}, rendered in the model's prompt format) in the session. Blocks until done. opt may be NULL; out is
- * filled on DSV41_OK (a cancelled generation is DSV41_OK with finish DSV41_FINISH_CANCELLED). */
+ * filled on DSV41_OK (a cancelled generation is DSV41_OK with finish DSV41_FINISH_CANCELLED). Sampling and
+ * length come from opt only (the request's max_tokens, temperature, stop are not read). The next turn (the
+ * messages, this answer as an assistant message, a new user message) reuses the whole held sequence in
+ * "chat" mode; in "thinking" mode the rendering drops earlier reasoning, so that turn starts over. */
 DSV41_C_EXPORT dsv41_status dsv41_session_chat(dsv41_session* s, const char* request_json,
                                                const dsv41_generate_options* opt, dsv41_completion* out);
 /* The same for a prompt of token ids. */

@@ -283,6 +283,15 @@ TEST_CASE("c api: chat requests and bad input", "[c_api]") {
   CHECK(c.c.n_tokens >= 1);
   CHECK(c.c.n_tokens <= 8);
 
+  // The next turn in chat mode renders this one again: everything the session holds is reused.
+  auto next = nlohmann::json::parse(req);
+  next["messages"].push_back({{"role", "assistant"}, {"content", msg["content"]}});
+  next["messages"].push_back({{"role", "user"}, {"content", "And a function"}});
+  Completion turn2;
+  REQUIRE(dsv41_session_chat(L.session, next.dump().c_str(), &o, &turn2.c) == DSV41_OK);
+  CHECK(turn2.c.prompt_tokens > c.c.prompt_tokens + int64_t(c.c.n_tokens));
+  CHECK(turn2.c.cached_tokens == c.c.prompt_tokens + int64_t(c.c.n_tokens) - 1);
+
   Completion bad;
   CHECK(dsv41_session_chat(L.session, "{not json", &o, &bad.c) == DSV41_INVALID_ARGUMENT);
   CHECK(std::string(dsv41_session_last_error(L.session)).find("JSON") != std::string::npos);
