@@ -245,6 +245,25 @@ TEST_CASE("c api: poll keeps its token bound and gives the blocking call's token
     CHECK(taken.c.finish == blocking.c.finish);
   }
 
+  // A time bound of several tokens' work: no poll starts a unit after its bound has passed, the same tokens.
+  dsv41_session_reset(L.session);
+  REQUIRE(dsv41_session_begin(L.session, prompt.data(), prompt.size(), nullptr, &o) == DSV41_OK);
+  {
+    std::vector<int32_t> got;
+    dsv41_poll_result r{};
+    const int64_t bound_us = 60000;
+    do {
+      int32_t out[16];
+      REQUIRE(dsv41_session_poll(L.session, 0, bound_us, out, 16, &r) == DSV41_OK);
+      CHECK(r.units >= 1);
+      CHECK(r.last_unit_us <= r.elapsed_us);
+      if (r.units > 1) CHECK(r.elapsed_us - r.last_unit_us <= bound_us);
+      got.insert(got.end(), out, out + r.n_tokens);
+    } while (r.finish == DSV41_FINISH_NONE);
+    CHECK(got == blocking.tokens());
+    REQUIRE(dsv41_session_take(L.session, nullptr) == DSV41_OK);
+  }
+
   // Without a time bound, the token bound alone: at most 3 per poll, the same tokens.
   dsv41_session_reset(L.session);
   REQUIRE(dsv41_session_begin(L.session, prompt.data(), prompt.size(), nullptr, &o) == DSV41_OK);
