@@ -1,6 +1,7 @@
 # Installs the package from BUILD_DIR into WORK_DIR/prefix and builds its consumers against it: examples/consumer
 # (CXX only: its configure fails if the package enabled CUDA), examples/consumer_cuda (the `cuda` component,
-# where nvcc exists), and a host program through pkg-config (where pkg-config exists). Each one then runs.
+# where nvcc exists), a host program through pkg-config (where pkg-config exists), and the C API hosts
+# examples/c_host and examples/frame_loop (dsv41::c). Each one then runs.
 file(REMOVE_RECURSE ${WORK_DIR})
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix RESULT_VARIABLE rc)
 if(rc)
@@ -56,4 +57,20 @@ if(PKG_CONFIG AND CXX_COMPILER)
     message(FATAL_ERROR "building through pkg-config failed (flags: ${flags})")
   endif()
   run_consumer(${WORK_DIR}/consumer_pkgconfig)
+endif()
+
+# The C API from the prefix (dsv41::c): the C11 host answers on the bundled model, the frame loop keeps its budget.
+build_consumer(c_host)
+execute_process(COMMAND ${WORK_DIR}/c_host/c_host ${SOURCE_DIR}/models/dsv41-tiny-py "Write a loop" 4
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+message("${out}")
+if(rc OR NOT out MATCHES "\\[cpu\\] [0-9]+ prompt tokens, [1-4] generated")
+  message(FATAL_ERROR "the installed c_host failed")
+endif()
+build_consumer(frame_loop)
+execute_process(COMMAND ${WORK_DIR}/frame_loop/frame_loop ${SOURCE_DIR}/models/dsv41-tiny-py 1 4000
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+message("${out}")
+if(rc OR NOT out MATCHES "within budget \\+ one token at p99: yes")
+  message(FATAL_ERROR "the installed frame_loop failed")
 endif()
