@@ -2,8 +2,10 @@
 // run alone with the same options, the step budget, cancellation, per-request errors and admission bounds.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -713,4 +715,69 @@ TEST_CASE("engine: SharedEngine serves client threads while one thread steps", "
   INFO("refusals " << refusals);
   CHECK(se.idle());
   CHECK(se.counts().cache_bytes == 0);
+}
+
+TEST_CASE("engine: a finished request's state goes to the store's finish hook and the next turn continues it",
+          "[engine][session]") {
+  struct Kept {
+    std::vector<int32_t> tokens;
+    std::optional<SequenceState> st;
+    int handed = 0;
+  } kept;
+  SessionHooks<SequenceState> h;
+  h.ctx = &kept;
+  h.block = 8;
+  h.resume = [](void* c, SequenceState& st, std::span<const int32_t> ids) -> Result<int64_t> {
+    auto* k = static_cast<Kept*>(c);
+    if (!k->st || ids.size() <= k->tokens.size() || !std::equal(k->tokens.begin(), k->tokens.end(), ids.begin()))
+      return int64_t(0);
+    const int64_t cap = st.max_positions;
+    st = std::move(*k->st);
+    k->st.reset();
+    st.max_positions = std::max(cap, st.max_positions);
+    return int64_t(k->tokens.size());
+  };
+  h.boundary = [](void*, const SequenceState&, std::span<const int32_t>) { return Status::Ok(); };
+  h.finish = [](void* c, SequenceState&& st, std::span<const int32_t> tokens) {
+    auto* k = static_cast<Kept*>(c);
+    REQUIRE(int64_t(tokens.size()) == st.pos);
+    k->tokens.assign(tokens.begin(), tokens.end());
+    k->st.emplace(std::move(st));
+    ++k->handed;
+  };
+  EngineOptions o;
+  o.step_tokens = 16;
+  TinyEngine e = make_engine(o);
+  e.set_session(h);
+  const Request a = make_request(20, 101, 6, sampled(0.8f, 3));
+  auto ia = e.submit(a);
+  REQUIRE(ia.ok());
+  drain(e);
+  const auto ta = *e.take_tokens(*ia);
+  REQUIRE(ta.size() == 6);
+  REQUIRE(kept.handed == 1);
+  // The state holds the prompt and the generated tokens but the last (sampled, not yet run).
+  std::vector<int32_t> held(a.prompt.begin(), a.prompt.end());
+  held.insert(held.end(), ta.begin(), ta.end() - 1);
+  CHECK(kept.tokens == held);
+  CHECK(kept.st->pos == 25);
+
+  Request b = make_request(3, 102, 5);
+  b.prompt.insert(b.prompt.begin(), ta.begin(), ta.end());
+  b.prompt.insert(b.prompt.begin(), a.prompt.begin(), a.prompt.end());  // 20 + 6 + 3 = 29 tokens
+  auto ib = e.submit(b);
+  REQUIRE(ib.ok());
+  drain(e);
+  CHECK(info(e, *ib).cached_tokens == 25);
+  CHECK(*e.take_tokens(*ib) == alone(b).tokens);
+  CHECK(kept.handed == 2);  // b's state is kept in turn
+
+  // A cancelled request's state is not handed over.
+  Request c = make_request(4, 103, 50);
+  auto ic = e.submit(c);
+  REQUIRE(ic.ok());
+  e.step();
+  REQUIRE(e.cancel(*ic).ok());
+  drain(e);
+  CHECK(kept.handed == 2);
 }

@@ -356,6 +356,19 @@ class Engine {
     static_cast<void>(session_.boundary(session_.ctx, *s.state, held));
   }
 
+  // A request that ended by stop or length holds its prompt and every generated token but the last (not yet run):
+  // the session store's finish hook may keep that state. Not mid-way through a speculative block (its sequence
+  // then holds drafted positions), nor after an error or a cancel.
+  void hand_over(Slot& s, RequestFinish f) {
+    if (!uses_session(s) || !session_.finish || (f != RequestFinish::stop && f != RequestFinish::length)) return;
+    if (s.req.speculative || s.req.drafter || s.generated.empty()) return;
+    const int64_t n = s.info.prompt_tokens;
+    if (s.state->pos != n + int64_t(s.generated.size()) - 1) return;
+    std::vector<int32_t> held(s.req.prompt.begin(), s.req.prompt.begin() + n);
+    held.insert(held.end(), s.generated.begin(), s.generated.end() - 1);
+    session_.finish(session_.ctx, std::move(*s.state), held);
+  }
+
   // One speculative step of a decoding request (generate()'s rules); returns the tokens it ran.
   int speculate(Slot& s) {
     State& st = *s.state;
@@ -414,10 +427,12 @@ class Engine {
     finish(s, RequestFinish::error);
   }
 
-  // Ends a request: frees its sequence and its running slot at once, then tells the host.
+  // Ends a request: frees its sequence (or hands it to the session store's finish hook, which keeps it for a later
+  // request that extends it) and its running slot at once, then tells the host.
   void finish(Slot& s, RequestFinish f) {
     if (s.info.phase == RequestPhase::finished) return;
     if (s.state) {
+      hand_over(s, f);
       s.state.reset();
       reserved_ -= s.info.cache_bytes;
     }
