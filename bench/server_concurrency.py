@@ -10,19 +10,14 @@ streamed chunks) and completion tokens/s over the wall time. Prints a Markdown t
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
 import urllib.request
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "e2e"))
+from e2e_common import start_server, stop_server  # noqa: E402
 
 
 def pct(xs, p):
@@ -82,20 +77,7 @@ def run_level(base, n, rounds, max_tokens):
 
 
 def serve(binary, model, device, extra):
-    port = free_port()
-    p = subprocess.Popen([binary, "serve", "--model", model, "--device", device, "--port", str(port), "--no-cache",
-                          *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return p, base
-        except OSError:
-            time.sleep(0.2)
-    p.kill()
-    raise SystemExit("server did not start")
+    return start_server([binary, "serve", "--model", model, "--device", device, "--no-cache", *extra], timeout=300)
 
 
 def main():
@@ -123,8 +105,7 @@ def main():
                 rows.append(r)
                 print(f"{name} N={n}: {r['tok_s']:.1f} tok/s", file=sys.stderr, flush=True)
         finally:
-            p.terminate()
-            p.wait(timeout=30)
+            stop_server(p, timeout=30)
     print(f"| server | N | tokens/s | TTFT p50 (s) | TTFT p99 (s) | ITL p50 (ms) | ITL p99 (ms) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:

@@ -12,15 +12,13 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "e2e"))
-from e2e_common import free_port  # noqa: E402
+from e2e_common import start_server, stop_server  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("bin")
@@ -32,30 +30,11 @@ a = ap.parse_args()
 
 
 def start(cache):
-    port = free_port()
-    p = subprocess.Popen([a.bin, "serve", "--model", a.model, "--port", str(port), "--cache-dir", cache,
-                          "--device", a.device], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=5) as r:
-                if r.status == 200:
-                    return p, base
-        except (OSError, urllib.error.HTTPError):
-            pass
-        time.sleep(0.2)
-    p.kill()
-    raise SystemExit("server did not become ready")
+    return start_server([a.bin, "serve", "--model", a.model, "--cache-dir", cache, "--device", a.device], timeout=120)
 
 
 def stop(p):
-    p.terminate()
-    try:
-        p.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait(timeout=30)
+    stop_server(p, timeout=30)
 
 
 def chat(base, messages):

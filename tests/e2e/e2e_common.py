@@ -23,3 +23,38 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def start_server(cmd, env=None, timeout=60, output=None):
+    """Starts `cmd` (a `dsv41 serve ...` argument list without --port) on a free loopback port and waits for
+    /health to answer 200. Returns (process, base URL); kills it and exits the script if it never does."""
+    import subprocess
+    import time
+    import urllib.error
+    import urllib.request
+    port = free_port()
+    out = subprocess.DEVNULL if output is None else output
+    p = subprocess.Popen([*cmd, "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=5) as r:
+                if r.status == 200:
+                    return p, base
+        except (OSError, urllib.error.HTTPError):
+            pass
+        time.sleep(0.2)
+    p.kill()
+    raise SystemExit("server did not become ready")
+
+
+def stop_server(p, timeout=20):
+    """SIGTERM, then SIGKILL if it has not exited within timeout seconds."""
+    import subprocess
+    p.terminate()
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(timeout=timeout)

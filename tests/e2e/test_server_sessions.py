@@ -12,12 +12,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
 sys.path.insert(0, __import__('os').path.dirname(__file__))
-from e2e_common import check, exit_with_summary, free_port  # noqa: E402
+from e2e_common import check, exit_with_summary, start_server, stop_server  # noqa: E402
 
 BIN, MODEL, CACHE = sys.argv[1:4]
 
@@ -38,31 +37,12 @@ def post(base, body):
 
 
 def start(*session_args):
-    port = free_port()
-    p = subprocess.Popen([BIN, "serve", "--model", MODEL, "--port", str(port), *(session_args or ("--cache-dir", CACHE))],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env=dict(os.environ, XDG_CACHE_HOME=XDG))
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=5) as r:
-                if r.status == 200:
-                    return p, base
-        except (OSError, urllib.error.HTTPError):
-            pass
-        time.sleep(0.2)
-    p.kill()
-    raise SystemExit("server did not become ready")
+    return start_server([BIN, "serve", "--model", MODEL, *(session_args or ("--cache-dir", CACHE))],
+                        env=dict(os.environ, XDG_CACHE_HOME=XDG), output=subprocess.PIPE)
 
 
 def stop(p):
-    p.terminate()
-    try:
-        p.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait(timeout=20)
+    stop_server(p)
 
 
 shutil.rmtree(CACHE, ignore_errors=True)
