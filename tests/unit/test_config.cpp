@@ -131,6 +131,24 @@ TEST_CASE("malformed configs are rejected with every problem named", "[config]")
     REQUIRE_FALSE(s.ok());
     CHECK_THAT(s.status().message(), Catch::Contains("layer 2 has ratio 2 but no KV source"));
   }
+  SECTION("sizes a hostile file could push are bounded (fuzz_config: 10^6 experts took over 2 GB)") {
+    for (auto [key, value] : {std::pair<const char*, int64_t>{"n_routed_experts", 1000000},
+                              {"num_hidden_layers", 100000}, {"vocab_size", int64_t(1) << 30},
+                              {"hidden_size", int64_t(1) << 20}}) {
+      INFO(key);
+      auto j = base;
+      j["text_config"][key] = value;
+      auto s = parse_config(j);
+      REQUIRE_FALSE(s.ok());
+      CHECK(s.status().code() == Code::format_error);
+    }
+    auto j = base;
+    j["text_config"]["n_routed_experts"] = 1000000;
+    CHECK_THAT(parse_config(j).status().message(), Catch::Contains("n_routed_experts must be at most 4096"));
+    j = base;
+    j["text_config"]["engram_num_embeddings"] = {int64_t(1) << 62, 5};
+    CHECK_THAT(parse_config(j).status().message(), Catch::Contains("engram_num_embeddings entries must be in 1..2^40"));
+  }
   SECTION("not an object") {
     auto s = parse_config(nlohmann::json::array());
     REQUIRE_FALSE(s.ok());

@@ -156,6 +156,24 @@ inline Status validate_shape(const ModelShape& s) {
          "dspark expert counts are inconsistent");
     need(s.dspark_noise_token_id >= 0 && s.dspark_noise_token_id < s.vocab_size, "dspark_noise_token_id out of vocab");
   }
+  // Upper bounds: far above any released shape, low enough that what a loader derives from the shape (the
+  // expected tensor list, parameter and cache byte counts) stays small and cannot overflow.
+  need(s.vocab_size <= (1 << 24), "vocab_size must be at most 2^24");
+  need(s.hidden_size <= 65536 && s.head_dim <= 4096 && s.q_lora_rank <= 65536 && s.o_lora_rank <= 65536 &&
+           s.moe_intermediate_size <= (1 << 20) && s.index_head_dim <= 4096 && s.engram_head_dim <= 4096,
+       "a width is too large (hidden_size, q/o_lora_rank ≤ 65536; head dims ≤ 4096; moe_intermediate_size ≤ 2^20)");
+  need(s.num_hidden_layers <= 1024 && s.num_nextn_predict_layers <= 64,
+       "num_hidden_layers must be at most 1024 and num_nextn_predict_layers at most 64");
+  need(s.num_attention_heads <= 1024 && s.index_n_heads <= 1024 && s.engram_n_heads <= 1024 && s.hc_mult <= 64,
+       "head counts must be at most 1024 and hc_mult at most 64");
+  need(s.n_routed_experts <= 4096 && s.dspark_n_routed_experts <= 4096, "n_routed_experts must be at most 4096");
+  need(int64_t(s.num_hidden_layers) * s.n_routed_experts + int64_t(s.n_dspark()) * s.dspark_n_routed_experts <=
+           (int64_t(1) << 20),
+       "layers × routed experts must be at most 2^20 (the expected tensor list)");
+  need(s.sliding_window <= (1 << 20) && s.index_topk <= (1 << 20) && s.max_position_embeddings <= (int64_t(1) << 32),
+       "sliding_window and index_topk must be at most 2^20, max_position_embeddings at most 2^32");
+  for (int64_t n : s.engram_num_embeddings)
+    need(n > 0 && n <= (int64_t(1) << 40), "engram_num_embeddings entries must be in 1..2^40");
   if (e.empty()) return Status::Ok();
   return error(Code::format_error, "invalid model configuration:\n" + e);
 }
