@@ -5,6 +5,7 @@
 // get 4xx JSON errors and never stop the server; SIGTERM drains.
 // Sessions (on by default, CPU): prompts resume from stored blocks; a chat request may name its session with the
 // extension field "session_id" (echoed in the response).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -332,10 +333,27 @@ struct Server {
     return {400, s.message(), ""};
   }
 
-  ojson usage(const text::TextResult& r) const {
+  // thinking: the completion began inside <think>, so its reasoning tokens are the longest prefix of its ids whose
+  // text holds no </think> (all of them when it never closed; the marker may take several tokens where the
+  // tokenizer has no special token for it); chat completions reason in none.
+  ojson usage(const text::TextResult& r, bool thinking = false) const {
+    int64_t reasoning = 0;
+    if (thinking) {
+      const std::string& close = loaded->chat_tokens().think_close;
+      const std::span<const int32_t> ids(r.ids);
+      auto closed = [&](size_t k) { return loaded->tokenizer().decode(ids.first(k)).find(close) != std::string::npos; };
+      size_t lo = 0, hi = ids.size();  // closed(lo) is false; find the largest such lo
+      if (!closed(hi)) lo = hi;
+      while (hi - lo > 1 && lo != ids.size()) {
+        const size_t mid = lo + (hi - lo) / 2;
+        (closed(mid) ? hi : lo) = mid;
+      }
+      reasoning = std::min<int64_t>(int64_t(lo), r.completion_tokens);
+    }
     return {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.completion_tokens},
             {"total_tokens", r.prompt_tokens + r.completion_tokens},
-            {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
+            {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}},
+            {"completion_tokens_details", {{"reasoning_tokens", reasoning}}}};
   }
 
   // Fields a request may hold; anything else is a 400 (never silently ignored).
@@ -590,7 +608,7 @@ struct Server {
       if (!thinking) m.erase("reasoning_content");
       ojson body = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
                     {"choices", ojson::array({{{"index", 0}, {"message", m}, {"finish_reason", fr}}})},
-                    {"usage", usage(d.result)}};
+                    {"usage", usage(d.result, thinking)}};
       if (session) body["session_id"] = *session;
       send_json(res, 200, body);
       return;
@@ -648,7 +666,7 @@ struct Server {
           emit(ojson::object(), fr);
           if (include_usage) {
             ojson u = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
-                       {"choices", ojson::array()}, {"usage", usage(d.result)}};
+                       {"choices", ojson::array()}, {"usage", usage(d.result, thinking)}};
             if (session) u["session_id"] = *session;
             write(sse(u));
           }

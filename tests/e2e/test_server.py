@@ -101,6 +101,14 @@ try:
     msg = t.choices[0].message
     reasoning = (msg.model_extra or {}).get("reasoning_content")
     check(isinstance(reasoning, str), "reasoning_content present in thinking mode")
+    # usage.completion_tokens_details.reasoning_tokens: the tokens before </think>; none in chat mode.
+    rt = t.usage.completion_tokens_details.reasoning_tokens if t.usage.completion_tokens_details else None
+    check(isinstance(rt, int) and 0 <= rt <= t.usage.completion_tokens, f"reasoning_tokens in range: {rt}")
+    if isinstance(rt, int):
+        check((rt > 0) == bool(reasoning), f"reasoning_tokens {rt} > 0 exactly when there is reasoning")
+        check(not msg.content or rt < t.usage.completion_tokens, "content tokens are not counted as reasoning")
+    ct = a.usage.completion_tokens_details.reasoning_tokens if a.usage.completion_tokens_details else None
+    check(ct == 0, f"chat mode: reasoning_tokens 0 ({ct})")
     streamed_reasoning = ""
     for chunk in client.chat.completions.create(stream=True, **tk):
         extra = chunk.choices[0].delta.model_extra or {} if chunk.choices else {}
