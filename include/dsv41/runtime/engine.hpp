@@ -31,6 +31,7 @@
 #include <dsv41/model/model.hpp>
 #include <dsv41/runtime/engine_types.hpp>
 #include <dsv41/runtime/generate.hpp>
+#include <dsv41/runtime/logprobs.hpp>
 #include <dsv41/runtime/sampler.hpp>
 #include <dsv41/runtime/session_hooks.hpp>
 
@@ -168,7 +169,7 @@ class Engine {
           continue;
         }
         record_boundary(*s);
-        emit(*s, s->sampler.sample(s->logits), s->state->pos);
+        emit(*s, pick(*s), s->state->pos, &s->logits);
       }
     }
     // Speculative requests: a draft block each, verified in its own forward.
@@ -212,7 +213,7 @@ class Engine {
         continue;
       }
       s->info.phase = RequestPhase::decoding;
-      emit(*s, s->sampler.sample(s->logits), s->state->pos);
+      emit(*s, pick(*s), s->state->pos, &s->logits);
     }
 
     in_step_ = false;
@@ -241,7 +242,11 @@ class Engine {
     std::optional<State> state;
     int64_t capacity = 0;
     std::vector<float> logits;
+    std::vector<int32_t> lp_ids;  // the last token's top_logprobs list
+    std::vector<float> lp_vals;
     int32_t next = 0;  // the last returned token, not yet run
+    size_t forced_at = 0;     // next entry of req.forced
+    bool forcing = false;     // req.forced is being returned
     std::vector<int32_t> unread;
     std::vector<int32_t> generated;  // every returned token (requests with a drafter or a session store)
     int64_t last_boundary = 0;
@@ -272,6 +277,14 @@ class Engine {
       return error(Code::invalid_argument, "request: speculative decoding needs step_tokens above max_running × " +
                                                std::to_string(sh.dspark_block_size + 1) + " (the verify block)");
     DSV41_TRY(validate(r.sampling));
+    if (r.top_logprobs > kMaxTopLogprobs)
+      return error(Code::invalid_argument, "request: top_logprobs must be at most " + std::to_string(kMaxTopLogprobs));
+    if (!r.forced.empty() && (r.speculative || r.drafter))
+      return error(Code::unsupported, "request: a forced continuation does not combine with speculative decoding");
+    for (int32_t id : r.forced)
+      if (id < 0 || id >= sh.vocab_size) return error(Code::invalid_argument, "request: forced token outside the vocabulary");
+    if (r.top_logprobs >= 0 && (r.speculative || r.drafter))
+      return error(Code::unsupported, "request: logprobs are not reported with speculative decoding");
     for (int32_t id : r.prompt)
       if (id < 0 || id >= sh.vocab_size)
         return error(Code::invalid_argument, "request: token id " + std::to_string(id) + " outside the vocabulary of " +
@@ -402,11 +415,27 @@ class Engine {
     return int(block.size());
   }
 
+  // The request's next token: its forced continuation while one runs, else a sample of its logits.
+  int32_t pick(Slot& s) {
+    if (!s.forcing && s.forced_at == 0 && s.req.force_after < 0 && !s.req.forced.empty()) s.forcing = true;
+    if (s.forcing && s.forced_at < s.req.forced.size()) {
+      const int32_t t = s.req.forced[s.forced_at++];
+      if (s.forced_at == s.req.forced.size()) s.forcing = false;
+      return t;
+    }
+    return s.sampler.sample(s.logits);
+  }
+
   // Returns token t to the request and decides whether it continues (same rules as generate()). held: the
   // positions its sequence holds if it ends with t.
-  void emit(Slot& s, int32_t t, int64_t held) {
+  void emit(Slot& s, int32_t t, int64_t held, const std::vector<float>* logits = nullptr) {
     ++s.info.completion_tokens;
     if (s.req.drafter || uses_session(s)) s.generated.push_back(t);
+    if (s.req.top_logprobs >= 0 && s.req.on_logprobs && logits) {
+      if (!s.req.on_logprobs(s.req.ctx, s.id, logprobs_of(*logits, t, s.req.top_logprobs, s.lp_ids, s.lp_vals)))
+        return finish(s, RequestFinish::cancelled);
+      if (s.info.phase == RequestPhase::finished) return;
+    }
     if (s.req.on_token) {
       if (!s.req.on_token(s.req.ctx, s.id, t)) return finish(s, RequestFinish::cancelled);
       if (s.info.phase == RequestPhase::finished) return;  // the callback cancelled it
@@ -419,6 +448,7 @@ class Engine {
     }
     if (s.info.completion_tokens >= s.req.max_tokens || held >= s.state->max_positions)
       return finish(s, RequestFinish::length);
+    if (t == s.req.force_after && s.req.force_after >= 0 && s.forced_at == 0 && !s.req.forced.empty()) s.forcing = true;
     s.next = t;
   }
 

@@ -11,6 +11,17 @@ namespace dsv41 {
 
 using RequestId = uint64_t;
 
+// The model's log-probabilities at a returned token: log_softmax of the raw logits (temperature 1, before top-k,
+// top-p and min-p), in FP64 rounded to float, as OpenAI's logprobs report them. top: the n most likely ids, most
+// likely first (ties: lower id first).
+struct TokenLogprobs {
+  int32_t token = -1;
+  float logprob = 0;
+  std::span<const int32_t> top_ids;
+  std::span<const float> top_logprobs;
+};
+inline constexpr int kMaxTopLogprobs = 20;
+
 struct EngineOptions {
   int step_tokens = 256;        // tokens one step runs: one per decoding request, prefill in the rest
   int max_running = 8;          // admitted requests (prefilling or decoding); must be below step_tokens
@@ -31,6 +42,15 @@ struct Request {
   bool (*on_token)(void* ctx, RequestId id, int32_t token) = nullptr;
   void (*on_finish)(void* ctx, RequestId id) = nullptr;  // once, when the request finishes for any reason
   void* ctx = nullptr;
+  // With top_logprobs >= 0 (at most kMaxTopLogprobs), called with each returned token's log-probabilities just
+  // before on_token; false cancels. Not with speculative decoding (refused).
+  // Forced continuation (tool_choice "required"/named): once the request returns force_after (or from its first
+  // token when force_after < 0), its next tokens are `forced` in order instead of samples; they are run and
+  // returned like generated ones (logprobs included). Not with speculative decoding (refused).
+  std::vector<int32_t> forced;
+  int32_t force_after = -1;
+  int top_logprobs = -1;
+  bool (*on_logprobs)(void* ctx, RequestId id, const TokenLogprobs& lp) = nullptr;
   bool release_when_done = false;  // forget the request after on_finish (poll then reports it unknown)
   bool use_session = true;         // resume from and record into the engine's session store, if it has one
   // DSpark drafts verified in one forward of the request's own (SPEC §4.9, lossless; the tokens equal

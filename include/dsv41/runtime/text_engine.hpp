@@ -40,6 +40,12 @@ struct TextRequest {
   bool (*on_text)(void* ctx, RequestId req, int32_t id, std::string_view piece) = nullptr;
   void (*on_done)(void* ctx, const TextDone& d) = nullptr;  // once, however the request ends
   void* ctx = nullptr;
+  // With top_logprobs >= 0: each generated token's log-probabilities (Request::on_logprobs), before its text.
+  // Forced continuation (Request::forced): after the token whose text is force_after (empty: from the first
+  // token) the completion continues with forced_text's tokens (special-token text recognised).
+  std::string forced_text, force_after;
+  int top_logprobs = -1;
+  bool (*on_logprobs)(void* ctx, RequestId req, const TokenLogprobs& lp) = nullptr;
 };
 
 // What a host needs of the text engine, whatever the model type.
@@ -81,8 +87,25 @@ class TextEngine final : public TextEngineBase {
     q.priority = job->req.priority;
     q.use_session = job->req.use_session;
     q.speculative = job->req.speculative && tm_->model().shape().n_dspark() > 0;
+    if (!job->req.forced_text.empty()) {
+      q.forced = tm_->tokenizer().encode(job->req.forced_text, true);
+      if (!job->req.force_after.empty()) {
+        const auto after = tm_->tokenizer().token_to_id(job->req.force_after);
+        if (!after)
+          return error(Code::unsupported, "a continuation forced after \"" + job->req.force_after +
+                                              "\" needs that text to be one token of the tokenizer");
+        q.force_after = *after;
+      }
+    }
     q.on_token = [](void* c, RequestId, int32_t t) { return static_cast<Job*>(c)->token(t); };
     q.on_finish = [](void* c, RequestId id) { static_cast<Job*>(c)->self->done(id); };
+    if (job->req.top_logprobs >= 0 && job->req.on_logprobs) {
+      q.top_logprobs = job->req.top_logprobs;
+      q.on_logprobs = [](void* c, RequestId id, const TokenLogprobs& lp) {
+        auto* j = static_cast<Job*>(c);
+        return j->req.on_logprobs(j->req.ctx, id, lp);
+      };
+    }
     q.ctx = job.get();
     q.release_when_done = true;
     return engine_.with([&](Engine<M>& e) -> Result<RequestId> {

@@ -9,6 +9,7 @@
 #pragma once
 #include <algorithm>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -139,6 +140,7 @@ inline Result<RawParam> param_body(std::string_view c) {
 
 struct CallsResult {
   std::vector<ToolCall> calls;
+  std::optional<ToolCall> partial;  // truncated inside a call whose name is known: it, with its complete parameters
   bool truncated = false;
   size_t end = 0;  // just after the closing calls tag
 };
@@ -167,7 +169,15 @@ inline Result<CallsResult> parse_calls(std::string_view text, size_t p, const Ch
     }
     p = f.pos + invoke_start.size();
     Found g = find_first(text, p, {param_start, invoke_end});
-    if (!g.ok()) { r.truncated = true; return r; }
+    if (!g.ok()) {
+      r.truncated = true;
+      if (const size_t h = text.find("\">\n", p); h != std::string_view::npos)  // the header is complete
+        if (auto name = invoke_name(text.substr(p, h + 3 - p)); name.ok()) {
+          r.partial = ToolCall{};
+          r.partial->name = std::move(name.value());
+        }
+      return r;
+    }
     auto name = invoke_name(text.substr(p, g.pos - p));
     if (!name) return name.status();
     ToolCall call;
@@ -175,7 +185,11 @@ inline Result<CallsResult> parse_calls(std::string_view text, size_t p, const Ch
     while (g.which == 0) {
       p = g.pos + param_start.size();
       const size_t q = text.find(param_end, p);
-      if (q == std::string_view::npos) { r.truncated = true; return r; }
+      if (q == std::string_view::npos) {
+        r.truncated = true;
+        r.partial = std::move(call);
+        return r;
+      }
       auto prm = param_body(text.substr(p, q - p));
       if (!prm) return prm.status();
       if (call.arguments.contains(prm->name))
@@ -190,7 +204,11 @@ inline Result<CallsResult> parse_calls(std::string_view text, size_t p, const Ch
       }
       p = q + param_end.size();
       g = find_first(text, p, {param_start, invoke_end});
-      if (!g.ok()) { r.truncated = true; return r; }
+      if (!g.ok()) {
+        r.truncated = true;
+        r.partial = std::move(call);
+        return r;
+      }
       if (text.substr(p, g.pos - p) != ">\n")
         return error(Code::format_error, "expected '>\\n' after a tool parameter, got '" +
                                              std::string(text.substr(p, g.pos - p)) + "'");

@@ -180,6 +180,14 @@ class Tokenizer : private detail::TokenizerJson {
     return *s;
   }
 
+  // The bytes id decodes to (byte-level models: possibly part of a UTF-8 character), as decode() would add them;
+  // nullopt for an unknown id.
+  std::optional<std::string> token_bytes(int32_t id) const {
+    const std::string* b = decoded(id, false);
+    if (!b) return std::nullopt;
+    return byte_level_decoder_ ? *b : *token_string(id);
+  }
+
   // One past the largest id of the model vocabulary and the added tokens.
   size_t vocab_size() const { return id_kind_.size(); }
 
