@@ -2,7 +2,7 @@
 # Installs the build and test dependencies from Debian's packages when they are missing.
 # The CUDA toolkit (nvcc, CCCL) comes with the machine image and is used when present.
 set -euo pipefail
-pkgs=(cmake ninja-build g++ pkg-config catch2 libfmt-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev
+pkgs=(cmake ninja-build g++ pkg-config catch2 libfmt-dev libpng-dev libjpeg-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev
       libcpp-httplib-dev libbenchmark-dev libxxhash-dev libhiredis-dev redis-server)
 missing=()
 for p in "${pkgs[@]}"; do

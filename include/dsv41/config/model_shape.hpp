@@ -22,6 +22,8 @@ struct VisionShape {
   int patch_size = 0;
   int downsample_ratio = 0;
   int max_image_tokens = 0;
+  int64_t min_pixels = 0;     // smaller images are scaled up to about this many pixels
+  double max_wh_ratio = 0.0;  // wider images are resized, not padded; 0 = none (JSON null)
 };
 
 struct ModelShape {

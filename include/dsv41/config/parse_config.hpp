@@ -283,6 +283,8 @@ inline Result<ModelShape> parse_config(const nlohmann::json& j, const std::strin
     r.opt("patch_size", s.vision.patch_size);
     r.opt("downsample_ratio", s.vision.downsample_ratio);
     r.opt("max_image_tokens", s.vision.max_image_tokens);
+    r.opt("min_pixels", s.vision.min_pixels);
+    r.opt("max_wh_ratio", s.vision.max_wh_ratio);
     errs += r.errors;
     s.has_vision = s.vision.num_hidden_layers > 0;
   }
