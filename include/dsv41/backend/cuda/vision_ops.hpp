@@ -252,11 +252,18 @@ inline Status rope2d(const Dims& v, bf16_t* qkv_buf, int n_h, int n_w, cudaStrea
   return launch_status("vision rope2d");
 }
 
+// Attention variants: 16 or 32 query rows per warp (32: head_dim ≤ 64), P as a BF16 hi/lo pair (default)
+// or rounded to BF16 once.
+struct AttnOpts {
+  int rows_per_warp = 16;
+  bool bf16_p = false;
+};
+
 namespace detail {
-template <int HD, int MT>
+template <int HD, int MT, bool SPLIT>
 inline Status flash(const bf16_t* qkv_buf, int n, int heads, bf16_t* out, cudaStream_t s) {
   using C = vision_detail::FlashCfg<HD, MT>;
-  auto k = vision_detail::vit_flash_kernel<HD, MT>;
+  auto k = vision_detail::vit_flash_kernel<HD, MT, SPLIT>;
   if (C::SMEM > 48 * 1024)
     DSV41_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM),
                    "vision attention: smem attribute");
@@ -265,19 +272,27 @@ inline Status flash(const bf16_t* qkv_buf, int n, int heads, bf16_t* out, cudaSt
   k<<<grid, 128, C::SMEM, s>>>(qkv_buf, n, heads, scale_log2, out);
   return launch_status("vision attention");
 }
+template <int HD>
+inline Status flash_hd(const bf16_t* qkv_buf, int n, int heads, bf16_t* out, cudaStream_t s, AttnOpts o) {
+  constexpr bool two_ok = HD <= 64;
+  const bool two = two_ok && o.rows_per_warp == 32;
+  if (two) {
+    if constexpr (two_ok)
+      return o.bf16_p ? flash<HD, 2, false>(qkv_buf, n, heads, out, s) : flash<HD, 2, true>(qkv_buf, n, heads, out, s);
+  }
+  return o.bf16_p ? flash<HD, 1, false>(qkv_buf, n, heads, out, s) : flash<HD, 1, true>(qkv_buf, n, heads, out, s);
+}
 }  // namespace detail
 
 // out [n, d] = softmax(q·kᵀ/√hd)·v per head over all n patches (no mask), from qkv [n, 3d].
-// rows_per_warp: 16 (default) or 32 query rows per warp (head_dim ≤ 64).
-inline Status attention(const Dims& v, const bf16_t* qkv_buf, int n, bf16_t* out, cudaStream_t s,
-                        int rows_per_warp = 16) {
+inline Status attention(const Dims& v, const bf16_t* qkv_buf, int n, bf16_t* out, cudaStream_t s, AttnOpts o = {}) {
   if (n <= 0) return Status::Ok();
-  const bool two = rows_per_warp == 32;
+  if (o.rows_per_warp != 16 && o.rows_per_warp != 32) return bad_arg("vision attention: rows_per_warp 16 or 32");
   switch (v.head_dim()) {
-    case 16: return two ? detail::flash<16, 2>(qkv_buf, n, v.heads, out, s) : detail::flash<16, 1>(qkv_buf, n, v.heads, out, s);
-    case 32: return two ? detail::flash<32, 2>(qkv_buf, n, v.heads, out, s) : detail::flash<32, 1>(qkv_buf, n, v.heads, out, s);
-    case 64: return two ? detail::flash<64, 2>(qkv_buf, n, v.heads, out, s) : detail::flash<64, 1>(qkv_buf, n, v.heads, out, s);
-    case 128: return detail::flash<128, 1>(qkv_buf, n, v.heads, out, s);
+    case 16: return detail::flash_hd<16>(qkv_buf, n, v.heads, out, s, o);
+    case 32: return detail::flash_hd<32>(qkv_buf, n, v.heads, out, s, o);
+    case 64: return detail::flash_hd<64>(qkv_buf, n, v.heads, out, s, o);
+    case 128: return detail::flash_hd<128>(qkv_buf, n, v.heads, out, s, o);
     default: return Status(Code::unsupported, "vision attention: head_dim " + std::to_string(v.head_dim()));
   }
 }
@@ -334,7 +349,7 @@ inline Status aligner(Workspace& ws, const Weights& W, const bf16_t* cells, int 
 
 // tower_out [n_h·n_w, d] = ViT(patches [n_h·n_w, 3, 14, 14]).
 inline Status tower(Workspace& ws, const Weights& W, const bf16_t* patches, int n_h, int n_w, bf16_t* tower_out,
-                    cudaStream_t s, int rows_per_warp = 16) {
+                    cudaStream_t s, AttnOpts ao = {}) {
   const Dims& v = W.dims;
   const int n = n_h * n_w;
   if (n_h <= 0 || n_w <= 0) return bad_arg("vision tower: empty grid");
@@ -344,7 +359,7 @@ inline Status tower(Workspace& ws, const Weights& W, const bf16_t* patches, int 
     DSV41_TRY(norm(v, b.norm1, ws.x, n, ws.h, s));
     DSV41_TRY(qkv(ws, v, b, ws.h, n, ws.qkv, s));
     DSV41_TRY(rope2d(v, ws.qkv, n_h, n_w, s));
-    DSV41_TRY(attention(v, ws.qkv, n, ws.att, s, rows_per_warp));
+    DSV41_TRY(attention(v, ws.qkv, n, ws.att, s, ao));
     DSV41_TRY(wo(ws, v, b, ws.att, n, ws.x, s));
     DSV41_TRY(norm(v, b.norm2, ws.x, n, ws.h, s));
     DSV41_TRY(mlp(ws, v, b, ws.h, n, ws.x, s));
@@ -354,9 +369,9 @@ inline Status tower(Workspace& ws, const Weights& W, const bf16_t* patches, int 
 
 // embeds [merged_rows, out_dim] = aligner(merge(ViT(patches))); tower_out (optional, else ws.h) keeps the ViT rows.
 inline Status encode(Workspace& ws, const Weights& W, const bf16_t* patches, int n_h, int n_w, bf16_t* embeds,
-                     cudaStream_t s, bf16_t* tower_out = nullptr, int rows_per_warp = 16) {
+                     cudaStream_t s, bf16_t* tower_out = nullptr, AttnOpts ao = {}) {
   bf16_t* t = tower_out ? tower_out : ws.h;
-  DSV41_TRY(tower(ws, W, patches, n_h, n_w, t, s, rows_per_warp));
+  DSV41_TRY(tower(ws, W, patches, n_h, n_w, t, s, ao));
   DSV41_TRY(merge(W.dims, t, n_h, n_w, ws.cells, s));
   return aligner(ws, W, ws.cells, merged_rows(W.dims, n_h, n_w), embeds, s);
 }

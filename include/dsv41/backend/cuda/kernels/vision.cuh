@@ -2,9 +2,10 @@
 // flash attention, residual add, SwiGLU product, the r×r unfold merge and exact GELU. BF16 in/out; every
 // rounding point follows DeepSeek's vision.py run in BF16:
 //  - rope: (x1·cos − x2·sin, x2·cos + x1·sin) in FP32, one rounding;
-//  - attention: scores and softmax in FP32; the unnormalised probabilities are rounded to BF16 for the
-//    P·V product (as torch's CPU flash kernel and FlashAttention-2 do), the row sum is of the FP32 values,
-//    out = bf16(acc / sum);
+//  - attention: scores and softmax in FP32, out = bf16(Σ p·v / Σ p). The P·V product on BF16 tensor cores
+//    takes P as a pair hi = bf16(p), lo = bf16(p − hi) (two MMAs, P good to ~2⁻¹⁷): the vision-tiny golden
+//    follows FP32 probabilities (row rel 3.6e-3 against 6.6e-3 with P rounded once, measured with the test's
+//    host reference). SPLIT_P = false rounds P to BF16 once (FlashAttention-2's way, faster);
 //  - residual: bf16(x + bf16(y)); SwiGLU: bf16(bf16(silu(g))·u); GELU: bf16(0.5·x·(1 + erf(x/√2))).
 #pragma once
 #include <cmath>
@@ -59,7 +60,7 @@ struct FlashCfg {
   static constexpr int SMEM = (BM + 4 * BN) * LDS * 2;
 };
 
-template <int HD, int MT>
+template <int HD, int MT, bool SPLIT_P>
 __global__ void __launch_bounds__(128) vit_flash_kernel(const bf16_t* __restrict__ qkv, int n, int heads,
                                                         float scale_log2, bf16_t* __restrict__ out) {
   using C = FlashCfg<HD, MT>;
@@ -180,13 +181,20 @@ __global__ void __launch_bounds__(128) vit_flash_kernel(const bf16_t* __restrict
     // o += bf16(P) · V
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      uint32_t pa[MT][4];
+      uint32_t pa[MT][4], pl[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        pa[mt][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        pa[mt][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        pa[mt][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        pa[mt][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        const float* s0 = s[mt][2 * kk];
+        const float* s1 = s[mt][2 * kk + 1];
+        const float e[8] = {s0[0], s0[1], s0[2], s0[3], s1[0], s1[1], s1[2], s1[3]};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          pa[mt][q] = pack_bf16x2(e[2 * q], e[2 * q + 1]);
+          if constexpr (SPLIT_P) {
+            const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&pa[mt][q]);
+            pl[mt][q] = pack_bf16x2(__fsub_rn(e[2 * q], __low2float(hi)), __fsub_rn(e[2 * q + 1], __high2float(hi)));
+          }
+        }
       }
 #pragma unroll
       for (int d = 0; d < DT; d += 2) {
@@ -196,6 +204,10 @@ __global__ void __launch_bounds__(128) vit_flash_kernel(const bf16_t* __restrict
         for (int mt = 0; mt < MT; ++mt) {
           mma_bf16(o[mt][d], pa[mt], r[0], r[1]);
           mma_bf16(o[mt][d + 1], pa[mt], r[2], r[3]);
+          if constexpr (SPLIT_P) {
+            mma_bf16(o[mt][d], pl[mt], r[0], r[1]);
+            mma_bf16(o[mt][d + 1], pl[mt], r[2], r[3]);
+          }
         }
       }
     }
