@@ -7,6 +7,7 @@
 // extension field "session_id" (echoed in the response).
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -30,7 +31,9 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <dsv41/core/utf8.hpp>
 #include <dsv41/runtime/generation_config.hpp>
+#include <dsv41/text/tool_call_stream.hpp>
 
 #include "commands.hpp"
 #include "text_loader.hpp"
@@ -274,10 +277,19 @@ struct Metrics {
 
 // One engine request's output, between the stepping thread (producer) and its HTTP handler (consumer). Bounded:
 // more than max_bytes unread cancels the request (a reader that stalled), so the stepping thread never waits.
+// One generated token's log-probabilities (engine's TokenLogprobs, copied out of the callback).
+struct LpEntry {
+  int32_t token = -1;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
 struct Job {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::string> pieces;
+  std::vector<LpEntry> lp_pending, lp_all;  // logprobs requested: not yet streamed / all of them
+  int32_t lp_skip = -1;                     // the EOS id: ends the text, not reported
   size_t bytes = 0, max_bytes = 0;
   bool done = false, overflow = false, first = true;
   text::TextDone result;
@@ -373,8 +385,6 @@ struct Server {
       if (!known) throw BadRequest{400, "unsupported request field \"" + k + "\"", "unsupported_field"};
     }
     auto truthy = [&](const char* k) { return j.contains(k) && !j[k].is_null() && j[k] != false && j[k] != 0; };
-    if (truthy("logprobs") || (j.contains("top_logprobs") && !j["top_logprobs"].is_null()))
-      throw BadRequest{400, "logprobs and top_logprobs are not supported", "unsupported_field"};
     for (const char* k : {"frequency_penalty", "presence_penalty"})
       if (truthy(k)) throw BadRequest{400, std::string(k) + " is not supported (only 0)", "unsupported_field"};
     if (j.contains("response_format") && !j["response_format"].is_null() &&
@@ -392,8 +402,75 @@ struct Server {
     throw BadRequest{400, "reasoning_effort \"" + s + "\" is not one of minimal, low, medium, high, xhigh, max or 1..100", ""};
   }
 
-  text::TextRequest request_of(std::string prompt, const text::TextOptions& o, bool session) {
+  // The number of alternatives to report per token, or -1 for no logprobs. Chat: logprobs true/false and
+  // top_logprobs 0..20 (only with logprobs). Completions (legacy): logprobs null or 0..5.
+  static int top_logprobs_of(const ojson& j, bool chat) {
+    const bool has_top = j.contains("top_logprobs") && !j["top_logprobs"].is_null();
+    if (!chat) {
+      if (has_top) throw BadRequest{400, "top_logprobs is a chat field; completions take logprobs 0..5", ""};
+      if (!j.contains("logprobs") || j["logprobs"].is_null()) return -1;
+      const auto& v = j["logprobs"];
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 5)
+        throw BadRequest{400, "logprobs must be an integer 0..5", ""};
+      return int(v.get<int64_t>());
+    }
+    bool on = false;
+    if (j.contains("logprobs") && !j["logprobs"].is_null()) {
+      if (!j["logprobs"].is_boolean()) throw BadRequest{400, "logprobs must be a boolean", ""};
+      on = j["logprobs"].get<bool>();
+    }
+    if (!has_top) return on ? 0 : -1;
+    const auto& t = j["top_logprobs"];
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > kMaxTopLogprobs)
+      throw BadRequest{400, "top_logprobs must be an integer 0.." + std::to_string(kMaxTopLogprobs), ""};
+    if (!on) throw BadRequest{400, "top_logprobs needs logprobs: true", ""};
+    return int(t.get<int64_t>());
+  }
+
+  // A token as OpenAI's logprobs show it: its text (lossy where it is part of a character) and its bytes.
+  ojson token_json(int32_t id, float lp) const {
+    const std::string b = loaded->tokenizer().token_bytes(id).value_or("");
+    ojson bytes = ojson::array();
+    for (unsigned char c : b) bytes.push_back(int(c));
+    return {{"token", utf8::to_valid(b)}, {"logprob", lp_value(lp)}, {"bytes", bytes}};
+  }
+  static ojson lp_value(float lp) { return std::isfinite(lp) ? ojson(lp) : ojson(-9999.0); }  // OpenAI's floor
+  ojson chat_logprobs(const std::vector<LpEntry>& es) const {
+    ojson content = ojson::array();
+    for (const LpEntry& e : es) {
+      ojson c = token_json(e.token, e.logprob);
+      ojson top = ojson::array();
+      for (const auto& [t, v] : e.top) top.push_back(token_json(t, v));
+      c["top_logprobs"] = top;
+      content.push_back(c);
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+  }
+  // The completions endpoint's legacy layout; offset: text bytes before the first entry.
+  ojson legacy_logprobs(const std::vector<LpEntry>& es, size_t offset) const {
+    ojson tokens = ojson::array(), lps = ojson::array(), tops = ojson::array(), offs = ojson::array();
+    for (const LpEntry& e : es) {
+      const std::string t = utf8::to_valid(loaded->tokenizer().token_bytes(e.token).value_or(""));
+      tokens.push_back(t);
+      lps.push_back(lp_value(e.logprob));
+      ojson top = ojson::object();
+      for (const auto& [id, v] : e.top) top[utf8::to_valid(loaded->tokenizer().token_bytes(id).value_or(""))] = lp_value(v);
+      tops.push_back(top);
+      offs.push_back(offset);
+      offset += t.size();
+    }
+    return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+  }
+  static std::vector<LpEntry> take_lps(Job& j) {
+    std::lock_guard<std::mutex> lock(j.mu);
+    return std::exchange(j.lp_pending, {});
+  }
+
+  text::TextRequest request_of(std::string prompt, const text::TextOptions& o, bool session, int top_logprobs = -1) {
+    if (top_logprobs >= 0 && o.speculative)
+      throw BadRequest{400, "logprobs are not reported with speculative decoding", "unsupported_field"};
     text::TextRequest r;
+    r.top_logprobs = top_logprobs;
     r.prompt = std::move(prompt);
     r.max_tokens = o.max_tokens;
     r.sampling = o.sampling;
@@ -428,6 +505,18 @@ struct Server {
       }
       return true;
     };
+    job->lp_skip = loaded->tokenizer().token_to_id(loaded->chat_tokens().eos).value_or(-1);
+    if (r.top_logprobs >= 0)
+      r.on_logprobs = [](void* c, RequestId, const TokenLogprobs& lp) {
+        Job& j = **static_cast<std::shared_ptr<Job>*>(c);
+        if (lp.token == j.lp_skip) return true;
+        LpEntry e{lp.token, lp.logprob, {}};
+        for (size_t i = 0; i < lp.top_ids.size(); ++i) e.top.emplace_back(lp.top_ids[i], lp.top_logprobs[i]);
+        std::lock_guard<std::mutex> lock(j.mu);
+        j.lp_pending.push_back(e);
+        j.lp_all.push_back(std::move(e));
+        return true;
+      };
     r.on_done = [](void* c, const text::TextDone& d) {
       auto* h = static_cast<std::shared_ptr<Job>*>(c);
       std::shared_ptr<Job> j = std::move(*h);
@@ -537,12 +626,33 @@ struct Server {
       throw BadRequest{400, "too many messages: " + std::to_string(j["messages"].size()) + " (at most " +
                                 std::to_string(opt.max_messages) + ")", "too_many_messages"};
     ojson render = {{"messages", j["messages"]}};
-    std::string tool_choice = "auto";
+    // tool_choice: "auto" (default), "none" (tools left out of the prompt), "required" (the answer starts a tool
+    // call: the DSML call header is forced, after the reasoning in thinking mode) or
+    // {"type": "function", "function": {"name": F}} (the header with F's name forced).
+    std::string tool_choice = "auto", forced_name;
+    const bool has_tools = j.contains("tools") && j["tools"].is_array() && !j["tools"].empty();
     if (j.contains("tool_choice") && !j["tool_choice"].is_null()) {
-      if (!j["tool_choice"].is_string() || (j["tool_choice"] != "auto" && j["tool_choice"] != "none"))
-        throw BadRequest{400, "tool_choice: only \"auto\" and \"none\" are supported (required and named need "
-                              "constrained decoding)", "unsupported_field"};
-      tool_choice = j["tool_choice"].get<std::string>();
+      const auto& tc = j["tool_choice"];
+      if (tc.is_string() && (tc == "auto" || tc == "none" || tc == "required")) {
+        tool_choice = tc.get<std::string>();
+      } else if (tc.is_object() && tc.value("type", "") == "function" && tc.contains("function") &&
+                 tc["function"].is_object() && tc["function"].contains("name") && tc["function"]["name"].is_string()) {
+        tool_choice = "named";
+        forced_name = tc["function"]["name"].get<std::string>();
+        bool found = false;
+        if (has_tools)
+          for (const auto& t : j["tools"])
+            found |= t.is_object() && t.contains("function") && t["function"].is_object() &&
+                     t["function"].value("name", "") == forced_name;
+        if (!found) throw BadRequest{400, "tool_choice names \"" + forced_name + "\", which is not among tools", ""};
+        if (forced_name.find_first_of("\"<>\n") != std::string::npos)
+          throw BadRequest{400, "tool_choice: a tool name must not hold quotes, angle brackets or newlines", ""};
+      } else {
+        throw BadRequest{400, "tool_choice must be \"auto\", \"none\", \"required\" or "
+                              "{\"type\": \"function\", \"function\": {\"name\": ...}}", ""};
+      }
+      if ((tool_choice == "required" || tool_choice == "named") && !has_tools)
+        throw BadRequest{400, "tool_choice \"" + tool_choice + "\" needs tools", ""};
     }
     if (j.contains("tools") && !j["tools"].is_null() && tool_choice != "none") render["tools"] = j["tools"];
     std::string mode = "chat";
@@ -561,6 +671,7 @@ struct Server {
     auto prompt = loaded->render(render);
     if (!prompt.ok()) throw from_status(prompt.status());
     text::TextOptions o = sampling_of(j, 1024, opt.max_tokens_cap, gen);
+    const int top_lp = top_logprobs_of(j, true);
     const bool stream = want_stream(j);
     const bool thinking = mode == "thinking";
     const std::string id = next_id("chatcmpl-"), model = opt.name;
@@ -593,7 +704,15 @@ struct Server {
                  !last ? "new" : extends ? "extends its last turn" : "does not extend its last turn", r.cached_tokens,
                  r.prompt_tokens);
     };
-    std::shared_ptr<Job> job = submit(request_of(*prompt, o, true));
+    text::TextRequest treq = request_of(*prompt, o, true, top_lp);
+    if (tool_choice == "required" || tool_choice == "named") {
+      const std::string& dsml = loaded->chat_tokens().dsml;
+      treq.forced_text = "\n\n<" + dsml + " calls>\n<" + dsml + " invoke name=\"";
+      if (tool_choice == "named") treq.forced_text += forced_name + "\">\n";
+      if (thinking) treq.force_after = loaded->chat_tokens().think_close;
+      if (o.speculative) throw BadRequest{400, "tool_choice required or named does not combine with speculative", ""};
+    }
+    std::shared_ptr<Job> job = submit(std::move(treq));
     if (!stream) {
       wait_done(*job);
       const text::TextDone& d = job->result;
@@ -601,13 +720,14 @@ struct Server {
       if (d.result.finish == text::TextFinish::cancelled)
         throw BadRequest{503, "request cancelled (server shutting down)", "cancelled"};
       note_session(*prompt, d.result);
+      const ojson lps = top_lp >= 0 ? chat_logprobs(job->lp_all) : ojson(nullptr);
       text::ParsedMessage msg;
       const std::string fr = finish_of(d.result, &msg);
       ojson m = text::to_openai_json(msg);
       if (m.contains("tool_calls") && m["tool_calls"].empty()) m.erase("tool_calls");
       if (!thinking) m.erase("reasoning_content");
       ojson body = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
-                    {"choices", ojson::array({{{"index", 0}, {"message", m}, {"finish_reason", fr}}})},
+                    {"choices", ojson::array({{{"index", 0}, {"message", m}, {"logprobs", lps}, {"finish_reason", fr}}})},
                     {"usage", usage(d.result, thinking)}};
       if (session) body["session_id"] = *session;
       send_json(res, 200, body);
@@ -619,10 +739,19 @@ struct Server {
     res.set_chunked_content_provider(
         "text/event-stream",
         [this, job, prompt = *prompt, thinking, id, model, created, include_usage, finish_of, session,
-         note_session](size_t, httplib::DataSink& sink) {
+         note_session, top_lp](size_t, httplib::DataSink& sink) {
+          // A chunk carries the logprobs of the tokens that arrived since the last chunk that carried some.
+          std::vector<LpEntry> lps;
           auto chunk = [&](const ojson& delta, const ojson& finish) {
             ojson c{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
                     {"choices", ojson::array({{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}})}};
+            if (top_lp >= 0) {
+              auto more = take_lps(*job);
+              lps.insert(lps.end(), more.begin(), more.end());
+              const bool carries = !lps.empty() && (finish.is_string() || delta.contains("content") ||
+                                                    delta.contains("reasoning_content") || delta.contains("tool_calls"));
+              c["choices"][0]["logprobs"] = carries ? chat_logprobs(std::exchange(lps, {})) : ojson(nullptr);
+            }
             if (session) c["session_id"] = *session;
             return c;
           };
@@ -633,11 +762,27 @@ struct Server {
             cancel(*job);
             return false;
           }
+          // Tool calls as they form (text/tool_call_stream.hpp): header, then arguments as deltas.
+          text::ToolCallStream calls(thinking ? text::Mode::thinking : text::Mode::chat, loaded->chat_tokens());
+          std::string all;  // the completion's text so far
+          auto stream_calls = [&](const std::vector<text::ToolCallDelta>& ds) {
+            for (const auto& d : ds) {
+              ojson call = {{"index", d.index}, {"function", {{"arguments", d.arguments}}}};
+              if (d.header) {
+                call["id"] = "call_" + id + "_" + std::to_string(d.index);
+                call["type"] = "function";
+                call["function"]["name"] = d.name;
+              }
+              if (!emit({{"tool_calls", ojson::array({call})}}, nullptr)) return false;
+            }
+            return true;
+          };
           const bool ok = pump(*job, sink, [&](const std::string& piece) {
+            all += piece;
             auto [r, t] = split.push(piece, false);
             if (!r.empty() && !emit({{"reasoning_content", r}}, nullptr)) return false;
             if (!t.empty() && !emit({{"content", t}}, nullptr)) return false;
-            return true;
+            return stream_calls(calls.update(all));
           });
           if (!ok) return false;
           const text::TextDone& d = job->result;
@@ -658,11 +803,7 @@ struct Server {
           if (!tt.empty()) emit({{"content", tt}}, nullptr);
           text::ParsedMessage msg;
           const std::string fr = finish_of(d.result, &msg);
-          if (!msg.tool_calls.empty()) {
-            ojson calls = text::to_openai_json(msg)["tool_calls"];
-            for (size_t i = 0; i < calls.size(); ++i) calls[i]["index"] = i;
-            emit({{"tool_calls", calls}}, nullptr);
-          }
+          if (!msg.tool_calls.empty()) stream_calls(calls.finish(msg.tool_calls));
           emit(ojson::object(), fr);
           if (include_usage) {
             ojson u = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
@@ -689,28 +830,38 @@ struct Server {
     const auto& toks = loaded->chat_tokens();
     if (prompt.rfind(toks.bos, 0) != 0) prompt = toks.bos + prompt;
     text::TextOptions o = sampling_of(j, 16, opt.max_tokens_cap, gen);
+    const int top_lp = top_logprobs_of(j, false);
     const std::string id = next_id("cmpl-"), model = opt.name;
     const int64_t created = now();
-    auto body_of = [id, model, created](const std::string& text, const ojson& finish) {
+    auto body_of = [id, model, created](const std::string& text, const ojson& finish, ojson lps = nullptr) {
       return ojson{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
-                   {"choices", ojson::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}}})}};
+                   {"choices", ojson::array({{{"index", 0}, {"text", text}, {"logprobs", lps}, {"finish_reason", finish}}})}};
     };
     const bool stream = want_stream(j);
-    std::shared_ptr<Job> job = submit(request_of(prompt, o, true));
+    std::shared_ptr<Job> job = submit(request_of(prompt, o, true, top_lp));
     if (!stream) {
       wait_done(*job);
       const text::TextDone& d = job->result;
       if (d.result.finish == text::TextFinish::error) throw from_status(d.status);
       if (d.result.finish == text::TextFinish::cancelled)
         throw BadRequest{503, "request cancelled (server shutting down)", "cancelled"};
-      ojson b = body_of(d.result.text, text::text_finish_name(d.result.finish));
+      ojson b = body_of(d.result.text, text::text_finish_name(d.result.finish),
+                        top_lp >= 0 ? legacy_logprobs(job->lp_all, 0) : ojson(nullptr));
       b["usage"] = usage(d.result);
       send_json(res, 200, b);
       return;
     }
-    res.set_chunked_content_provider("text/event-stream", [this, job, body_of](size_t, httplib::DataSink& sink) {
+    res.set_chunked_content_provider("text/event-stream", [this, job, body_of, top_lp](size_t, httplib::DataSink& sink) {
+      size_t offset = 0;  // text bytes of the entries sent so far
+      auto lps_now = [&]() -> ojson {
+        if (top_lp < 0) return nullptr;
+        const std::vector<LpEntry> es = take_lps(*job);
+        ojson l = legacy_logprobs(es, offset);
+        for (const auto& t : l["tokens"]) offset += t.get<std::string>().size();
+        return l;
+      };
       const bool ok = pump(*job, sink, [&](const std::string& piece) {
-        const std::string s = sse(body_of(piece, nullptr));
+        const std::string s = sse(body_of(piece, nullptr, lps_now()));
         return sink.write(s.data(), s.size());
       });
       if (!ok) return false;
@@ -722,7 +873,7 @@ struct Server {
         sink.done();
         return true;
       }
-      const std::string last = sse(body_of("", text::text_finish_name(d.result.finish))) + "data: [DONE]\n\n";
+      const std::string last = sse(body_of("", text::text_finish_name(d.result.finish), lps_now())) + "data: [DONE]\n\n";
       sink.write(last.data(), last.size());
       sink.done();
       return true;

@@ -5,6 +5,7 @@ Starts the server on a free loopback port, checks every endpoint, then stops it.
 request has a timeout and the whole run stops itself.
 """
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -122,6 +123,100 @@ try:
         s = client.chat.completions.create(stop=[stop], **kw)
         check(s.choices[0].message.content == full[: full.find(stop)], "stop string cuts the text")
         check(s.choices[0].finish_reason == "stop", "stop string finish_reason")
+
+    # logprobs: greedy, so each token is its list's first; the bytes spell the content; streaming gives the same.
+    lk = dict(model="tiny", messages=[{"role": "user", "content": "Hello there"}], max_tokens=10, temperature=0,
+              logprobs=True, top_logprobs=3)
+    lp = client.chat.completions.create(**lk)
+    ents = lp.choices[0].logprobs.content if lp.choices[0].logprobs else None
+    check(ents is not None and len(ents) > 0, "chat logprobs present")
+    if ents:
+        n_gen = lp.usage.completion_tokens - (1 if lp.choices[0].finish_reason == "stop" else 0)  # EOS unreported
+        check(len(ents) == n_gen, f"one logprobs entry per generated token: {len(ents)} vs {n_gen}")
+        check(all(len(e.top_logprobs) == 3 for e in ents), "top_logprobs: 3 alternatives each")
+        check(all(e.logprob <= 0 and e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob >= e.top_logprobs[2].logprob
+                  for e in ents), "logprobs <= 0, alternatives most likely first")
+        check(all(e.token == e.top_logprobs[0].token and abs(e.logprob - e.top_logprobs[0].logprob) < 1e-6
+                  for e in ents), "greedy: each token is its list's most likely")
+        check(all(sum(math.exp(t.logprob) for t in e.top_logprobs) <= 1 + 1e-5 for e in ents), "probabilities sum <= 1")
+        check(bytes(b for e in ents for b in e.bytes).decode("utf-8", "replace") == lp.choices[0].message.content,
+              "the entries' bytes spell the content")
+        streamed = []
+        for chunk in client.chat.completions.create(stream=True, **lk):
+            if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+                streamed += chunk.choices[0].logprobs.content
+        check([(e.token, round(e.logprob, 5)) for e in streamed] == [(e.token, round(e.logprob, 5)) for e in ents],
+              "streamed logprobs == non-streamed")
+    nolp = client.chat.completions.create(model="tiny", messages=lk["messages"], max_tokens=4, temperature=0)
+    check(nolp.choices[0].logprobs is None, "no logprobs unless asked")
+    cl = client.completions.create(model="tiny", prompt="import os", max_tokens=6, temperature=0, logprobs=2)
+    L = cl.choices[0].logprobs
+    check(L is not None and "".join(L.tokens) == cl.choices[0].text and len(L.token_logprobs) == len(L.tokens)
+          and all(len(t) <= 2 for t in L.top_logprobs), f"completions legacy logprobs: {L}")
+    if L is not None and L.text_offset:
+        check(L.text_offset[0] == 0 and all(L.text_offset[i + 1] == L.text_offset[i] + len(L.tokens[i].encode())
+                                            for i in range(len(L.tokens) - 1)), "text_offset")
+    for bad, what in [(dict(top_logprobs=2), "top_logprobs without logprobs"),
+                      (dict(logprobs=True, top_logprobs=21), "top_logprobs above 20"),
+                      (dict(logprobs="yes"), "logprobs type"),
+                      (dict(logprobs=True, extra_body={"speculative": True}), "logprobs with speculative")]:
+        try:
+            client.chat.completions.create(model="tiny", messages=lk["messages"], max_tokens=2, **bad)
+            check(False, f"{what}: accepted")
+        except openai.BadRequestError as e:
+            check(e.status_code == 400, what)
+
+    # tool_choice: named forces the call header with that name (the tiny model writes the rest); required forces
+    # a call; none leaves tools out. Streamed tool-call deltas concatenate to the message's arguments.
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                               "parameters": {"type": "object",
+                                                              "properties": {"city": {"type": "string"}}}}}]
+    dsml = "\uff5cDSML\uff5c"
+    header = f"\n\n<{dsml} calls>\n<{dsml} invoke name=\"get_weather\">\n"
+    # max_tokens: the forced header is ~60 tokens in the 512-entry test tokenizer.
+    tk2 = dict(model="tiny", messages=[{"role": "user", "content": "Weather in Paris?"}], max_tokens=100,
+               temperature=0, tools=tools)
+    named = client.chat.completions.create(tool_choice={"type": "function", "function": {"name": "get_weather"}}, **tk2)
+    m = named.choices[0].message
+    # The forced header leaves no plain content: a call, or (truncated inside the call) nothing, or unparsed text
+    # starting with the header.
+    check(bool(m.tool_calls) or not m.content or m.content.startswith(header),
+          f"tool_choice named: the answer is the call ({m})")
+    check(named.usage.completion_tokens >= 1, "named: forced tokens count as completion tokens")
+    auto = client.chat.completions.create(**tk2)
+    check(not (auto.choices[0].message.content or "").startswith(header) or auto.choices[0].message.tool_calls,
+          "auto: no forced header")
+    req = client.chat.completions.create(tool_choice="required", **tk2)
+    rm = req.choices[0].message
+    check(bool(rm.tool_calls) or not rm.content or rm.content.startswith(f"\n\n<{dsml} calls>\n<{dsml} invoke name=\""),
+          f"tool_choice required: a call is forced ({rm})")
+    none = client.chat.completions.create(tool_choice="none", **tk2)
+    check(none.usage.prompt_tokens < auto.usage.prompt_tokens, "tool_choice none: tools left out of the prompt")
+    deltas, names = {}, {}
+    for chunk in client.chat.completions.create(stream=True, tool_choice={"type": "function",
+                                                                          "function": {"name": "get_weather"}}, **tk2):
+        for tc in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            if tc.function and tc.function.name:
+                check(tc.index not in names, "one header per streamed call")
+                names[tc.index] = tc.function.name
+            deltas[tc.index] = deltas.get(tc.index, "") + ((tc.function.arguments or "") if tc.function else "")
+    check(names.get(0) == "get_weather", f"streamed: the forced call's header comes at once ({names})")
+    if m.tool_calls:
+        check(names == {i: c.function.name for i, c in enumerate(m.tool_calls)}, f"streamed call names {names}")
+        check(deltas == {i: c.function.arguments for i, c in enumerate(m.tool_calls)},
+              f"streamed argument deltas add up: {deltas}")
+    for bad, what in [(dict(tool_choice={"type": "function", "function": {"name": "nope"}}), "named tool not in tools"),
+                      (dict(tool_choice="sometimes"), "unknown tool_choice")]:
+        try:
+            client.chat.completions.create(**tk2, **bad)
+            check(False, f"{what}: accepted")
+        except openai.BadRequestError as e:
+            check(e.status_code == 400, what)
+    try:
+        client.chat.completions.create(model="tiny", messages=tk2["messages"], max_tokens=2, tool_choice="required")
+        check(False, "required without tools accepted")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400, "required without tools")
 
     # /v1/completions, plain and streaming.
     c = client.completions.create(model="tiny", prompt="import os", max_tokens=6, temperature=0)

@@ -317,7 +317,10 @@ TEST_CASE("CUDA vision tower on a 5x7 grid matches the host reference", "[gpu][v
   VT_OK(ws.init(v, n));
   Dev d_patches(patches.size() * 2), d_tower(size_t(n) * v.d * 2), d_embeds(size_t(rows) * v.out_dim * 2);
   to_dev(d_patches.p, patches);
-  const double tol_max = std::ldexp(1.0, -8), tol_med = std::ldexp(1.0, -10);
+  // Two implementations with the same rounding points still flip BF16 roundings (a residual stream of 2 layers
+  // re-rounded ~10 times), so the bound is the cross-implementation one of the fixtures' contract (the reference on
+  // CPU vs H200 differs by up to 7.8e-3 per row; README "Fixtures with an image"), not one ulp.
+  const double tol_max = 3e-2, tol_med = 1e-2;
   for (const gv::AttnOpts ao : {gv::AttnOpts{16, false}, gv::AttnOpts{32, false}, gv::AttnOpts{16, true},
                                 gv::AttnOpts{32, true}}) {
     VT_OK(gv::encode(ws, W, d_patches.bf(), n_h, n_w, d_embeds.bf(), s, d_tower.bf(), ao));
@@ -342,9 +345,11 @@ TEST_CASE("CUDA vision tower on a 5x7 grid matches the host reference", "[gpu][v
 // Attention alone: n = 200 keys (3 full blocks of 64 and a partial one), query tiles partly past n; n = 131
 // at head_dim 16; n = 64 exactly. Against FP64 scores and softmax, per element:
 //   |Δ| ≤ (e_p + n·2⁻²⁴)·Σp|v|/Σp + (2⁻⁹ + n·2⁻²⁴)·|o| + 1e-6,  margin ×1.05,
-// e_p the error of one probability as the P·V product sees it: 2⁻⁹ rounded to BF16 once; 2⁻¹⁸ as a hi/lo
-// pair (p − hi is exact, lo rounds it); + 2⁻²¹ for exp2f's ulps. n·2⁻²⁴ bounds the FP32 sums over n keys
-// (P·V and the row sum), 2⁻⁹ the output rounding.
+// e_p the relative error of one probability as the P·V product sees it: 2⁻⁹ rounded to BF16 once; 2⁻¹⁸ as a
+// hi/lo pair (p − hi is exact, lo rounds it); + 2⁻²¹ for exp2f's ulps; + 2·Δs, the score's FP32 error (its hd
+// products summed in FP32, then scaled: Δs ≤ (hd + 4)·2⁻²⁴·scale·Σ_k|q_k||k_k|, the row's largest over keys;
+// twice: numerator and normaliser). n·2⁻²⁴ bounds the FP32 sums over n keys (P·V and the row sum), 2⁻⁹ the
+// output rounding.
 TEST_CASE("CUDA vision attention within its derived bound", "[gpu][vision]") {
   for (const auto& [hd, heads, n] : {std::tuple{64, 3, 200}, std::tuple{16, 4, 131}, std::tuple{32, 2, 64}}) {
     gv::Dims v;
@@ -357,6 +362,23 @@ TEST_CASE("CUDA vision attention within its derived bound", "[gpu][vision]") {
     const u16v qkv = rnd(g, size_t(n) * 3 * v.d, 1.5f);  // scores of sd ~2.25: a peaked softmax
     std::vector<double> spread;
     const std::vector<float> ref = h_attention(to_f(qkv), n, ref_dims(v), false, false, &spread);
+    // 2·Δs per (row, head): index row·heads + h, i.e. element index / hd.
+    std::vector<double> ds(size_t(n) * heads);
+    {
+      const std::vector<float> f = to_f(qkv);
+      const double scale = 1.0 / std::sqrt(double(hd)), gamma = (hd + 4) * std::ldexp(1.0, -24);
+      for (int i = 0; i < n; ++i)
+        for (int h = 0; h < heads; ++h) {
+          double mx = 0;
+          for (int j = 0; j < n; ++j) {
+            double a = 0;
+            for (int k = 0; k < hd; ++k)
+              a += std::fabs(double(f[size_t(i) * 3 * v.d + h * hd + k]) * f[size_t(j) * 3 * v.d + v.d + h * hd + k]);
+            mx = std::max(mx, a);
+          }
+          ds[size_t(i) * heads + h] = 2 * gamma * scale * mx;
+        }
+    }
     Dev d_qkv(qkv.size() * 2), d_out(size_t(n) * v.d * 2);
     to_dev(d_qkv.p, qkv);
     for (const gv::AttnOpts ao : {gv::AttnOpts{16, false}, gv::AttnOpts{32, false}, gv::AttnOpts{16, true},
@@ -370,7 +392,8 @@ TEST_CASE("CUDA vision attention within its derived bound", "[gpu][vision]") {
       size_t bad = 0;
       double worst = 0;
       for (size_t i = 0; i < o.size(); ++i) {
-        const double tol = 1.05 * ((e_p + sums) * spread[i] + (std::ldexp(1.0, -9) + sums) * std::fabs(ref[i])) + 1e-6;
+        const double tol = 1.05 * ((e_p + ds[i / size_t(hd)] + sums) * spread[i] +
+                                   (std::ldexp(1.0, -9) + sums) * std::fabs(ref[i])) + 1e-6;
         const double e = std::fabs(double(o[i]) - ref[i]);
         if (!(e <= tol)) ++bad;
         worst = std::max(worst, e / tol);
