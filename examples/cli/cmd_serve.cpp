@@ -36,6 +36,7 @@
 #include <dsv41/text/tool_call_stream.hpp>
 
 #include "commands.hpp"
+#include "server_request.hpp"
 #include "text_loader.hpp"
 
 namespace dsv41::cli {
@@ -60,12 +61,8 @@ struct ServeOpts {
   double shutdown_timeout = 10;   // s, SIGTERM's drain
   int64_t max_body_bytes = 8 << 20;
   int64_t max_messages = 2048;
+  int max_json_depth = 64;
   int64_t max_queue_bytes = 4 << 20;  // unread output of one request before it is cancelled
-};
-
-struct BadRequest {
-  int status;
-  std::string message, code;
 };
 
 ojson error_body(const std::string& msg, const std::string& type, const std::string& code = "") {
@@ -81,56 +78,6 @@ void send_json(httplib::Response& res, int status, const ojson& body) {
 
 void send_error(httplib::Response& res, const BadRequest& e) {
   send_json(res, e.status, error_body(e.message, e.status >= 500 ? "server_error" : "invalid_request_error", e.code));
-}
-
-// Reads the sampling fields shared by both endpoints.
-// Fields the request leaves out take the model directory's generation_config.json values (g), then the API's.
-text::TextOptions sampling_of(const ojson& j, int default_max, int cap, const GenerationDefaults& g) {
-  text::TextOptions o;
-  auto num = [&](const char* k, double lo, double hi, double def) {
-    if (!j.contains(k) || j[k].is_null()) return def;
-    if (!j[k].is_number()) throw BadRequest{400, std::string(k) + " must be a number", ""};
-    const double v = j[k].get<double>();
-    if (!(v >= lo && v <= hi)) throw BadRequest{400, std::string(k) + " out of range", ""};
-    return v;
-  };
-  const char* mt = j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  o.max_tokens = int(num(mt, 0, cap, default_max));
-  o.sampling.temperature = float(num("temperature", 0, 2, g.temperature.value_or(1.f)));
-  o.sampling.top_p = float(num("top_p", 0, 1, g.top_p.value_or(1.f)));
-  o.sampling.top_k = int(num("top_k", 0, 1e9, g.top_k.value_or(0)));
-  o.sampling.min_p = float(num("min_p", 0, 1, g.min_p.value_or(0.f)));
-  if (j.contains("seed") && !j["seed"].is_null()) {
-    if (!j["seed"].is_number_integer()) throw BadRequest{400, "seed must be an integer", ""};
-    o.sampling.seed = j["seed"].get<uint64_t>();
-  } else {
-    o.sampling.seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
-  }
-  if (j.contains("n") && !(j["n"].is_number_integer() && j["n"].get<int>() == 1))
-    throw BadRequest{400, "only n = 1 is supported", ""};
-  if (j.contains("stop") && !j["stop"].is_null()) {
-    const auto& s = j["stop"];
-    if (s.is_string()) o.stop.push_back(s.get<std::string>());
-    else if (s.is_array()) {
-      for (const auto& x : s) {
-        if (!x.is_string() || x.get<std::string>().empty()) throw BadRequest{400, "stop must hold non-empty strings", ""};
-        o.stop.push_back(x.get<std::string>());
-      }
-    } else throw BadRequest{400, "stop must be a string or an array of strings", ""};
-  }
-  o.speculative = j.value("speculative", false);
-  return o;
-}
-
-// The chat request's extension field "session_id": absent or null, or 1-256 bytes without control characters.
-std::optional<std::string> session_id_of(const ojson& j) {
-  if (!j.contains("session_id") || j["session_id"].is_null()) return std::nullopt;
-  if (!j["session_id"].is_string()) throw BadRequest{400, "session_id must be a string", "invalid_session_id"};
-  std::string id = j["session_id"].get<std::string>();
-  if (id.empty() || id.size() > 256) throw BadRequest{400, "session_id must be 1 to 256 bytes", "invalid_session_id"};
-  for (unsigned char c : id)
-    if (c < 0x20 || c == 0x7f) throw BadRequest{400, "session_id must not hold control characters", "invalid_session_id"};
-  return id;
 }
 
 // What each session id's last turn held (its prompt and generated tokens: their count and a hash), for the
@@ -181,12 +128,6 @@ class SessionIds {
   std::list<std::string> lru_;  // front: most recently used
   std::unordered_map<std::string, std::pair<Known, std::list<std::string>::iterator>> map_;
 };
-
-bool want_stream(const ojson& j) {
-  if (!j.contains("stream") || j["stream"].is_null()) return false;
-  if (!j["stream"].is_boolean()) throw BadRequest{400, "stream must be a boolean", ""};
-  return j["stream"].get<bool>();
-}
 
 std::string sse(const ojson& j) { return "data: " + j.dump() + "\n\n"; }
 
@@ -331,11 +272,12 @@ struct Server {
     return false;
   }
 
-  static ojson parse_body(const httplib::Request& req) {
-    auto j = ojson::parse(req.body, nullptr, false);
-    if (j.is_discarded()) throw BadRequest{400, "request body is not valid JSON", ""};
-    if (!j.is_object()) throw BadRequest{400, "request body must be a JSON object", ""};
-    return j;
+  RequestLimits limits() const {
+    RequestLimits l;
+    l.max_tokens_cap = opt.max_tokens_cap;
+    l.max_messages = opt.max_messages;
+    l.max_json_depth = opt.max_json_depth;
+    return l;
   }
 
   static BadRequest from_status(const Status& s) {
@@ -366,65 +308,6 @@ struct Server {
             {"total_tokens", r.prompt_tokens + r.completion_tokens},
             {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}},
             {"completion_tokens_details", {{"reasoning_tokens", reasoning}}}};
-  }
-
-  // Fields a request may hold; anything else is a 400 (never silently ignored).
-  static void check_fields(const ojson& j, bool chat) {
-    static const char* const common[] = {"model", "stream", "stream_options", "max_tokens", "temperature", "top_p",
-                                         "top_k", "min_p", "seed", "n", "stop", "speculative", "user", "logprobs",
-                                         "top_logprobs", "frequency_penalty", "presence_penalty", "store", "metadata"};
-    static const char* const chat_only[] = {"messages", "tools", "tool_choice", "parallel_tool_calls",
-                                            "reasoning_effort", "thinking_mode", "chat_template_kwargs",
-                                            "session_id", "max_completion_tokens", "response_format"};
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      const std::string& k = it.key();
-      bool known = std::find_if(std::begin(common), std::end(common), [&](const char* c) { return k == c; }) != std::end(common);
-      if (chat && !known)
-        known = std::find_if(std::begin(chat_only), std::end(chat_only), [&](const char* c) { return k == c; }) != std::end(chat_only);
-      if (!chat && k == "prompt") known = true;
-      if (!known) throw BadRequest{400, "unsupported request field \"" + k + "\"", "unsupported_field"};
-    }
-    auto truthy = [&](const char* k) { return j.contains(k) && !j[k].is_null() && j[k] != false && j[k] != 0; };
-    for (const char* k : {"frequency_penalty", "presence_penalty"})
-      if (truthy(k)) throw BadRequest{400, std::string(k) + " is not supported (only 0)", "unsupported_field"};
-    if (j.contains("response_format") && !j["response_format"].is_null() &&
-        !(j["response_format"].is_object() && j["response_format"].value("type", "") == "text"))
-      throw BadRequest{400, "response_format: only {\"type\": \"text\"} is supported", "unsupported_field"};
-  }
-
-  // OpenAI's reasoning_effort names onto the model's levels (chat_format.hpp: low 50, high 75, max 100, 1..100).
-  static ojson effort_of(const ojson& v) {
-    if (!v.is_string()) return v;  // integers 1..100 are the model's own scale (render checks them)
-    const std::string s = v.get<std::string>();
-    if (s == "minimal" || s == "low") return "low";
-    if (s == "medium" || s == "high") return "high";
-    if (s == "max" || s == "xhigh") return "max";
-    throw BadRequest{400, "reasoning_effort \"" + s + "\" is not one of minimal, low, medium, high, xhigh, max or 1..100", ""};
-  }
-
-  // The number of alternatives to report per token, or -1 for no logprobs. Chat: logprobs true/false and
-  // top_logprobs 0..20 (only with logprobs). Completions (legacy): logprobs null or 0..5.
-  static int top_logprobs_of(const ojson& j, bool chat) {
-    const bool has_top = j.contains("top_logprobs") && !j["top_logprobs"].is_null();
-    if (!chat) {
-      if (has_top) throw BadRequest{400, "top_logprobs is a chat field; completions take logprobs 0..5", ""};
-      if (!j.contains("logprobs") || j["logprobs"].is_null()) return -1;
-      const auto& v = j["logprobs"];
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 5)
-        throw BadRequest{400, "logprobs must be an integer 0..5", ""};
-      return int(v.get<int64_t>());
-    }
-    bool on = false;
-    if (j.contains("logprobs") && !j["logprobs"].is_null()) {
-      if (!j["logprobs"].is_boolean()) throw BadRequest{400, "logprobs must be a boolean", ""};
-      on = j["logprobs"].get<bool>();
-    }
-    if (!has_top) return on ? 0 : -1;
-    const auto& t = j["top_logprobs"];
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > kMaxTopLogprobs)
-      throw BadRequest{400, "top_logprobs must be an integer 0.." + std::to_string(kMaxTopLogprobs), ""};
-    if (!on) throw BadRequest{400, "top_logprobs needs logprobs: true", ""};
-    return int(t.get<int64_t>());
   }
 
   // A token as OpenAI's logprobs show it: its text (lossy where it is part of a character) and its bytes.
@@ -618,62 +501,14 @@ struct Server {
 
   void chat(const httplib::Request& req, httplib::Response& res) {
     if (!check_ready(res)) return;
-    ojson j = parse_body(req);
-    check_fields(j, true);
-    const std::optional<std::string> session = session_id_of(j);
-    if (!j.contains("messages")) throw BadRequest{400, "messages is required", ""};
-    if (j["messages"].is_array() && int64_t(j["messages"].size()) > opt.max_messages)
-      throw BadRequest{400, "too many messages: " + std::to_string(j["messages"].size()) + " (at most " +
-                                std::to_string(opt.max_messages) + ")", "too_many_messages"};
-    ojson render = {{"messages", j["messages"]}};
-    // tool_choice: "auto" (default), "none" (tools left out of the prompt), "required" (the answer starts a tool
-    // call: the DSML call header is forced, after the reasoning in thinking mode) or
-    // {"type": "function", "function": {"name": F}} (the header with F's name forced).
-    std::string tool_choice = "auto", forced_name;
-    const bool has_tools = j.contains("tools") && j["tools"].is_array() && !j["tools"].empty();
-    if (j.contains("tool_choice") && !j["tool_choice"].is_null()) {
-      const auto& tc = j["tool_choice"];
-      if (tc.is_string() && (tc == "auto" || tc == "none" || tc == "required")) {
-        tool_choice = tc.get<std::string>();
-      } else if (tc.is_object() && tc.value("type", "") == "function" && tc.contains("function") &&
-                 tc["function"].is_object() && tc["function"].contains("name") && tc["function"]["name"].is_string()) {
-        tool_choice = "named";
-        forced_name = tc["function"]["name"].get<std::string>();
-        bool found = false;
-        if (has_tools)
-          for (const auto& t : j["tools"])
-            found |= t.is_object() && t.contains("function") && t["function"].is_object() &&
-                     t["function"].value("name", "") == forced_name;
-        if (!found) throw BadRequest{400, "tool_choice names \"" + forced_name + "\", which is not among tools", ""};
-        if (forced_name.find_first_of("\"<>\n") != std::string::npos)
-          throw BadRequest{400, "tool_choice: a tool name must not hold quotes, angle brackets or newlines", ""};
-      } else {
-        throw BadRequest{400, "tool_choice must be \"auto\", \"none\", \"required\" or "
-                              "{\"type\": \"function\", \"function\": {\"name\": ...}}", ""};
-      }
-      if ((tool_choice == "required" || tool_choice == "named") && !has_tools)
-        throw BadRequest{400, "tool_choice \"" + tool_choice + "\" needs tools", ""};
-    }
-    if (j.contains("tools") && !j["tools"].is_null() && tool_choice != "none") render["tools"] = j["tools"];
-    std::string mode = "chat";
-    if (j.contains("reasoning_effort") && !j["reasoning_effort"].is_null()) {
-      mode = "thinking";
-      render["reasoning_effort"] = effort_of(j["reasoning_effort"]);
-    }
-    if (j.contains("thinking_mode")) {
-      if (!j["thinking_mode"].is_string()) throw BadRequest{400, "thinking_mode must be \"thinking\" or \"chat\"", ""};
-      mode = j["thinking_mode"].get<std::string>();
-    }
-    if (j.contains("chat_template_kwargs") && j["chat_template_kwargs"].is_object() &&
-        j["chat_template_kwargs"].contains("thinking"))
-      mode = j["chat_template_kwargs"].value("thinking", false) ? "thinking" : "chat";
-    render["thinking_mode"] = mode;
-    auto prompt = loaded->render(render);
+    const ChatPlan plan = plan_chat(parse_body(req.body, limits()), limits(), gen);
+    const std::optional<std::string>& session = plan.session;
+    auto prompt = loaded->render(plan.render);
     if (!prompt.ok()) throw from_status(prompt.status());
-    text::TextOptions o = sampling_of(j, 1024, opt.max_tokens_cap, gen);
-    const int top_lp = top_logprobs_of(j, true);
-    const bool stream = want_stream(j);
-    const bool thinking = mode == "thinking";
+    const text::TextOptions& o = plan.options;
+    const int top_lp = plan.top_logprobs;
+    const bool stream = plan.stream;
+    const bool thinking = plan.thinking;
     const std::string id = next_id("chatcmpl-"), model = opt.name;
     const int64_t created = now();
     auto finish_of = [this, thinking](const text::TextResult& r, text::ParsedMessage* msg) {
@@ -705,13 +540,8 @@ struct Server {
                  r.prompt_tokens);
     };
     text::TextRequest treq = request_of(*prompt, o, true, top_lp);
-    if (tool_choice == "required" || tool_choice == "named") {
-      const std::string& dsml = loaded->chat_tokens().dsml;
-      treq.forced_text = "\n\n<" + dsml + " calls>\n<" + dsml + " invoke name=\"";
-      if (tool_choice == "named") treq.forced_text += forced_name + "\">\n";
-      if (thinking) treq.force_after = loaded->chat_tokens().think_close;
-      if (o.speculative) throw BadRequest{400, "tool_choice required or named does not combine with speculative", ""};
-    }
+    treq.forced_text = forced_call_text(plan, loaded->chat_tokens());
+    if (!treq.forced_text.empty() && thinking) treq.force_after = loaded->chat_tokens().think_close;
     std::shared_ptr<Job> job = submit(std::move(treq));
     if (!stream) {
       wait_done(*job);
@@ -733,8 +563,7 @@ struct Server {
       send_json(res, 200, body);
       return;
     }
-    const bool include_usage = j.contains("stream_options") && j["stream_options"].is_object() &&
-                               j["stream_options"].value("include_usage", false);
+    const bool include_usage = plan.include_usage;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -819,25 +648,19 @@ struct Server {
 
   void completions(const httplib::Request& req, httplib::Response& res) {
     if (!check_ready(res)) return;
-    ojson j = parse_body(req);
-    check_fields(j, false);
-    std::string prompt;
-    if (j.contains("prompt") && j["prompt"].is_string()) prompt = j["prompt"].get<std::string>();
-    else if (j.contains("prompt") && j["prompt"].is_array() && j["prompt"].size() == 1 && j["prompt"][0].is_string())
-      prompt = j["prompt"][0].get<std::string>();
-    else throw BadRequest{400, "prompt must be a string", ""};
-    if (prompt.empty()) throw BadRequest{400, "prompt is empty", ""};
+    CompletionPlan plan = plan_completion(parse_body(req.body, limits()), limits(), gen);
+    std::string prompt = std::move(plan.prompt);
     const auto& toks = loaded->chat_tokens();
     if (prompt.rfind(toks.bos, 0) != 0) prompt = toks.bos + prompt;
-    text::TextOptions o = sampling_of(j, 16, opt.max_tokens_cap, gen);
-    const int top_lp = top_logprobs_of(j, false);
+    const text::TextOptions& o = plan.options;
+    const int top_lp = plan.top_logprobs;
     const std::string id = next_id("cmpl-"), model = opt.name;
     const int64_t created = now();
     auto body_of = [id, model, created](const std::string& text, const ojson& finish, ojson lps = nullptr) {
       return ojson{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
                    {"choices", ojson::array({{{"index", 0}, {"text", text}, {"logprobs", lps}, {"finish_reason", finish}}})}};
     };
-    const bool stream = want_stream(j);
+    const bool stream = plan.stream;
     std::shared_ptr<Job> job = submit(request_of(prompt, o, true, top_lp));
     if (!stream) {
       wait_done(*job);
@@ -985,6 +808,19 @@ struct Server {
     };
     http.new_task_queue = [this] { return new httplib::ThreadPool(size_t(opt.threads)); };
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      // Runs before the body is read. The body limit holds for Content-Length only: chunked bodies (411) and
+      // compressed ones (415; 400 KB of gzip can inflate to gigabytes) are refused unread.
+      if (req.has_header("Transfer-Encoding") && req.get_header_value("Transfer-Encoding") != "identity") {
+        send_json(res, 411, error_body("request bodies must come with Content-Length (no chunked transfer)",
+                                       "invalid_request_error", "length_required"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (req.has_header("Content-Encoding") && req.get_header_value("Content-Encoding") != "identity") {
+        send_json(res, 415, error_body("compressed request bodies are not accepted (Content-Encoding: " +
+                                           req.get_header_value("Content-Encoding") + ")",
+                                       "invalid_request_error", "unsupported_encoding"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
       if (req.path.rfind("/v1/", 0) != 0 || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
       res.set_header("WWW-Authenticate", "Bearer");
       send_json(res, 401, error_body("invalid or missing API key (Authorization: Bearer KEY)", "invalid_request_error",
@@ -1121,6 +957,7 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--shutdown-timeout", o->shutdown_timeout, "seconds SIGTERM lets running requests finish");
   sub->add_option("--max-body-bytes", o->max_body_bytes, "largest request body (413 beyond)");
   sub->add_option("--max-messages", o->max_messages, "most messages in a chat request (400 beyond)");
+  sub->add_option("--max-json-depth", o->max_json_depth, "deepest nesting of a request body's JSON (400 beyond)")->check(CLI::Range(2, 1000));
   sub->add_option("--max-queue-bytes", o->max_queue_bytes, "unread output of a request before it is cancelled");
   add_session_options(sub, o->sessions);
   return {sub, run_serve, o};
