@@ -8,7 +8,7 @@
 //   vision_norm(l, k, w)         h = bf16(norm{k}(x)), block l, k = 1 or 2 (RMSNorm eps 1e-6, FP32 weights)
 //   vision_qkv(l, w)             qkv = bf16(h · Wqkvᵀ + b)
 //   vision_rope2d(w)             q, k of every head: halves (x1, x2) → bf16(x1·cos − x2·sin, x2·cos + x1·sin)
-//   vision_attention(w)          o = bf16(Σ bf16(exp(s − m))·v / Σ exp(s − m)), s = q·k/√hd, all patches
+//   vision_attention(w)          o = bf16(Σ exp(s − m)·v / Σ exp(s − m)), s = q·k/√hd, all patches, FP32 inside
 //   vision_wo(l, w)              x = bf16(x + bf16(o · Woᵀ + b))
 //   vision_mlp(l, w)             x = bf16(x + bf16(bf16(bf16(silu(g))·u) · W2ᵀ)), (g, u) = halves of bf16(h · W1ᵀ)
 //   vision_final_norm(w)         tower = bf16(norm(x))

@@ -1,8 +1,8 @@
 // SPEC §4.10 the vision ops on the CPU (blocks/vision.hpp lists them), with the reference's rounding points
 // (DeepSeek's inference/vision.py run in BF16): BF16 linears with FP32 accumulation and the bias added before
-// the one rounding, RMSNorm eps 1e-6 in FP32 with FP32 weights, 2-D rope in FP32 then BF16, attention with an
-// FP32 softmax and BF16 probabilities against V (as torch's CPU attention for BF16), exact (erf) GELU, and
-// every residual sum rounded to BF16.
+// the one rounding, RMSNorm eps 1e-6 in FP32 with FP32 weights, 2-D rope in FP32 then BF16, attention in FP32
+// throughout (softmax and its FP32 probabilities against V, one rounding of the output), exact (erf) GELU, and
+// every residual sum rounded to BF16. These reproduce the vision-tiny golden's vision_tower bit for bit.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -90,7 +90,7 @@ inline void vision_rope2d(const ModelShape& s, VisionWork& w) {
   }
 }
 
-// Bidirectional attention of every patch over all patches, per head; o [n, dv] BF16.
+// Bidirectional attention of every patch over all patches, per head, FP32 inside; o [n, dv] BF16.
 inline void vision_attention(const ModelShape& s, VisionWork& w) {
   const int dv = s.vision.hidden_size, H = s.vision.num_attention_heads, hd = dv / H, n = w.n;
   const float scale = 1.0f / std::sqrt(float(hd));
@@ -108,9 +108,8 @@ inline void vision_attention(const ModelShape& s, VisionWork& w) {
       for (int j = 0; j < n; ++j) {
         const float e = std::exp(sc[size_t(j)] - m);
         den += e;
-        const float pb = bf16(e);
         const float* v = w.qkv.data() + size_t(j) * 3 * dv + 2 * size_t(dv) + size_t(h) * hd;
-        for (int k = 0; k < hd; ++k) acc[size_t(k)] += pb * v[k];
+        for (int k = 0; k < hd; ++k) acc[size_t(k)] += e * v[k];
       }
       float* o = w.o.data() + size_t(i) * dv + size_t(h) * hd;
       for (int k = 0; k < hd; ++k) o[k] = bf16(acc[size_t(k)] / den);
