@@ -284,7 +284,8 @@ TEST_CASE("vision-tiny golden check: units, top-k, head, Engram and the vision a
   CHECK(rep->dspark.median <= 1e-3);
 }
 
-// The whole contract, DSpark included (see NOTES in the branch report: 5 of 24 draft steps differ).
+// The whole contract, DSpark included: today 5 of the 24 draft steps differ from the golden (21.7% of rows above
+// 1e-2, both sequences, not image-related); [!mayfail] until that is understood. The contract itself is unchanged.
 TEST_CASE("vision-tiny meets the golden contract", "[vision][golden][!mayfail]") {
   auto rep = golden::run(vision_tiny(), DSV41_FIXTURES "/vision-tiny/golden.safetensors");
   REQUIRE(rep.ok());
