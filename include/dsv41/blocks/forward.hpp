@@ -18,10 +18,15 @@ Status forward(const Ops& ops, typename Ops::State& st, std::span<const int32_t>
   DSV41_TRY(ops.check_state(st));
   DSV41_TRY(check_tokens(s, ids, st.pos + int64_t(ids.size()), st.max_positions));
   if (o.bounded_replay) DSV41_TRY(check_bounded_replay(s, ops.schedule()));
+  DSV41_TRY(check_image_spans(s, ids, st.pos, o.images));
   typename Ops::State* one[] = {&st};
   return ops.guarded(std::span<typename Ops::State* const>(one), ids, [&]() -> Status {
     auto b = ops.new_batch();
     DSV41_TRY(ops.begin(b, st, ids, st.history, st.pos, o.hooks, o.all_logits, out));
+    if (!o.images.empty()) {
+      if constexpr (requires { ops.set_images(b, o.images); }) DSV41_TRY(ops.set_images(b, o.images));
+      else return error(Code::unsupported, "forward: this backend takes no images yet");
+    }
     DSV41_TRY(forward_rows(ops, b, StackPass{}, o.bounded_replay));
     return ops.advance(b);
   });

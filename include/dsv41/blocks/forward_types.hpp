@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <dsv41/blocks/hooks.hpp>
+#include <dsv41/blocks/vision.hpp>
 #include <dsv41/config/model_shape.hpp>
 #include <dsv41/config/schedule.hpp>
 #include <dsv41/core/status.hpp>
@@ -30,6 +31,8 @@ struct ForwardOptions {
   // run every token; the later decoder layers run only the last W, their window floored there.
   bool bounded_replay = false;
   const ForwardHooks* hooks = nullptr;
+  // SPEC §4.10 image spans among this forward's rows (blocks/vision.hpp): their rows take the image embeddings.
+  std::span<const ImageSpan> images;
 };
 
 // Tokens for a forward that ends at position `end` of a state of max_positions: not empty, in the vocabulary,

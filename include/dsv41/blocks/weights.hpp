@@ -88,10 +88,27 @@ struct LayerWeights {
   std::vector<float> main_norm, norm;
 };
 
+// SPEC §4.10 the vision tower, aligner and image-span vectors (BF16 in the checkpoint; norms and biases as FP32
+// copies of their BF16 values).
+struct VisionBlockWeights {
+  std::vector<float> norm1, norm2, bqkv, bo;
+  Linear wqkv, wo, w1, w2;  // [3dv, dv], [dv, dv], [2·inter, dv] (gate rows then up rows), [dv, inter]
+};
+struct VisionWeights {
+  Linear patch;             // [dv, 3·p·p]
+  std::vector<float> patch_b, norm;
+  std::vector<VisionBlockWeights> blocks;
+  Linear al_w1, al_w2;      // [d, dv·r·r], [d, d]
+  std::vector<float> al_b1, al_b2;
+  std::vector<float> image_start, image_end, image_newline;  // [d]
+  explicit operator bool() const { return bool(patch); }
+};
+
 struct Weights {
   Linear embed, head;
   std::vector<float> norm;
   std::vector<LayerWeights> layers;  // backbone then DSpark stages
+  VisionWeights vision;              // empty without a vision_config
 };
 
 namespace detail {
@@ -238,6 +255,34 @@ inline Result<Weights> bind_weights(const st::Checkpoint& ck, const ModelShape& 
       }
     }
     w.layers.push_back(std::move(L));
+  }
+  if (s.has_vision && s.vision.num_hidden_layers > 0) {
+    const auto& v = s.vision;
+    const int dv = v.hidden_size, iv = v.intermediate_size, rr = v.downsample_ratio * v.downsample_ratio;
+    VisionWeights& V = w.vision;
+    V.patch = b.lin("vision.patch_embed.proj", WKind::BF16, dv, 3 * v.patch_size * v.patch_size);
+    V.patch_b = b.vec("vision.patch_embed.proj.bias");
+    for (int l = 0; l < v.num_hidden_layers; ++l) {
+      const std::string p = "vision.blocks." + std::to_string(l) + ".";
+      VisionBlockWeights B;
+      B.norm1 = b.vec(p + "norm1.weight");
+      B.norm2 = b.vec(p + "norm2.weight");
+      B.wqkv = b.lin(p + "attn.wqkv", WKind::BF16, 3 * dv, dv);
+      B.bqkv = b.vec(p + "attn.wqkv.bias");
+      B.wo = b.lin(p + "attn.wo", WKind::BF16, dv, dv);
+      B.bo = b.vec(p + "attn.wo.bias");
+      B.w1 = b.lin(p + "mlp.w1", WKind::BF16, 2 * iv, dv);
+      B.w2 = b.lin(p + "mlp.w2", WKind::BF16, dv, iv);
+      V.blocks.push_back(std::move(B));
+    }
+    V.norm = b.vec("vision.norm.weight");
+    V.al_w1 = b.lin("aligner.w1", WKind::BF16, d, dv * rr);
+    V.al_b1 = b.vec("aligner.w1.bias");
+    V.al_w2 = b.lin("aligner.w2", WKind::BF16, d, d);
+    V.al_b2 = b.vec("aligner.w2.bias");
+    V.image_start = b.vec("image_start");
+    V.image_end = b.vec("image_end");
+    V.image_newline = b.vec("image_newline");
   }
   if (!b.errs.empty()) return error(Code::format_error, "binding weights:\n" + b.errs);
   return w;

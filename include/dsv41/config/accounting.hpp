@@ -34,6 +34,7 @@ inline CacheBytes cache_bytes(const ModelShape& s) {
 
 struct ParamCounts {
   double total = 0;              // every tensor of the text model
+  double vision = 0;             // the vision tower, aligner and image-span vectors (not in total)
   double engram_tables = 0;      // of which Engram hash tables
   double dspark = 0;             // of which DSpark stages
   double embed = 0, head = 0;    // embedding table and output head
@@ -50,6 +51,7 @@ inline ParamCounts count_params(const ModelShape& s) {
   const int dec = first_decoder_layer(s);
   for (const auto& t : expected_tensors(s)) {
     const double n = double(t.params), a = n * t.active_fraction;
+    if (t.group == TensorGroup::Vision) { p.vision += n; continue; }
     p.total += n;
     if (t.group == TensorGroup::Engram) p.engram_tables += n;
     if (t.group == TensorGroup::DSpark) { p.dspark += n; continue; }

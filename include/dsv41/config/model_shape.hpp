@@ -16,6 +16,7 @@ struct RopeScaling {
 
 struct VisionShape {
   int num_hidden_layers = 0;
+  double rope_theta = 10000.0;  // the ViT's 2-D rope base
   int hidden_size = 0;
   int num_attention_heads = 0;
   int intermediate_size = 0;

@@ -102,6 +102,15 @@ inline Status validate_shape(const ModelShape& s) {
   need(s.weight_block_size == 32, "quantization_config.weight_block_size must be [32, 32]");
   need(s.scale_fmt == "ue8m0", "quantization_config.scale_fmt must be ue8m0");
   need(s.expert_dtype == "fp4", "quantization_config.expert_dtype must be fp4");
+  if (s.has_vision) {  // SPEC §4.10: heads split the ViT width; each head's halves carry an even 2-D rope
+    const auto& v = s.vision;
+    need(v.hidden_size > 0 && v.num_attention_heads > 0 && v.hidden_size % v.num_attention_heads == 0 &&
+             (v.hidden_size / v.num_attention_heads) % 4 == 0,
+         "vision_config: num_attention_heads must divide hidden_size into heads of a multiple of 4");
+    need(v.intermediate_size > 0 && v.patch_size > 0 && v.downsample_ratio > 0 && v.rope_theta > 0,
+         "vision_config: intermediate_size, patch_size, downsample_ratio and rope_theta must be positive");
+    need(s.image_token_id >= 0 && s.image_token_id < s.vocab_size, "image_token_id must be a token of the vocabulary");
+  }
   const int L = s.num_hidden_layers;
   need((int)s.compress_ratios.size() == L + s.num_nextn_predict_layers,
        "compress_ratios has " + std::to_string(s.compress_ratios.size()) + " entries, expected num_hidden_layers + "
@@ -277,6 +286,7 @@ inline Result<ModelShape> parse_config(const nlohmann::json& j, const std::strin
   if (j.contains("vision_config") && j["vision_config"].is_object()) {
     detail::JsonReader r(j["vision_config"], "vision_config");
     r.opt("num_hidden_layers", s.vision.num_hidden_layers);
+    r.opt("rope_theta", s.vision.rope_theta);
     r.opt("hidden_size", s.vision.hidden_size);
     r.opt("num_attention_heads", s.vision.num_attention_heads);
     r.opt("intermediate_size", s.vision.intermediate_size);

@@ -10,7 +10,7 @@
 
 namespace dsv41 {
 
-enum class TensorGroup { Global, Backbone, Engram, DSpark };
+enum class TensorGroup { Global, Backbone, Engram, DSpark, Vision };
 
 struct TensorSpec {
   std::string name;
@@ -130,6 +130,31 @@ inline std::vector<TensorSpec> expected_tensors(const ModelShape& s) {
         b.bf16(p + "confidence_head.proj.weight", {1, d + s.dspark_markov_rank});
       }
     }
+  }
+  if (s.has_vision && s.vision.num_hidden_layers > 0) {  // SPEC §4.10, all BF16
+    const auto& v = s.vision;
+    const int64_t dv = v.hidden_size, iv = v.intermediate_size, pin = 3 * int64_t(v.patch_size) * v.patch_size;
+    const int64_t rr = int64_t(v.downsample_ratio) * v.downsample_ratio;
+    detail::SpecBuilder b{out, -1, TensorGroup::Vision};
+    b.bf16("vision.patch_embed.proj.weight", {dv, pin});
+    b.bf16("vision.patch_embed.proj.bias", {dv});
+    for (int l = 0; l < v.num_hidden_layers; ++l) {
+      const std::string p = "vision.blocks." + std::to_string(l) + ".";
+      b.bf16(p + "norm1.weight", {dv});
+      b.bf16(p + "attn.wqkv.weight", {3 * dv, dv});
+      b.bf16(p + "attn.wqkv.bias", {3 * dv});
+      b.bf16(p + "attn.wo.weight", {dv, dv});
+      b.bf16(p + "attn.wo.bias", {dv});
+      b.bf16(p + "norm2.weight", {dv});
+      b.bf16(p + "mlp.w1.weight", {2 * iv, dv});
+      b.bf16(p + "mlp.w2.weight", {dv, iv});
+    }
+    b.bf16("vision.norm.weight", {dv});
+    b.bf16("aligner.w1.weight", {d, dv * rr});
+    b.bf16("aligner.w1.bias", {d});
+    b.bf16("aligner.w2.weight", {d, d});
+    b.bf16("aligner.w2.bias", {d});
+    for (const char* n : {"image_start", "image_end", "image_newline"}) b.bf16(n, {d});
   }
   return out;
 }

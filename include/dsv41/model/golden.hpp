@@ -28,6 +28,10 @@ struct Report {
   std::vector<Stat> stages;      // dspark_out.{k}, dspark_preout.{k}: DSpark stages on golden inputs (when given)
   Stat head, dspark, dspark_conf, free_run;
   Stat dspark_free;              // drafts without stage inputs substituted (when stage inputs are given; reported)
+  // With an image (golden image_grid): the ViT's output, the aligner's rows (judged), the free run's merged
+  // embeddings against h.0 (reported); image_patches are the golden's (the processor is not run here).
+  bool has_image = false;
+  Stat vision_tower, vision_embeds, merged_embeds;
   int64_t engram_mismatches = 0, engram_total = 0;
   bool has_nan = false;
   double mean_unit_frac = 0;
@@ -108,7 +112,14 @@ inline size_t row_base(const Recorder& r, int64_t pos) { return size_t(r.b) * r.
 
 inline void on_input(void* c, int l, int64_t start, int rows, float* H, float* pre) {
   auto& r = *static_cast<Recorder*>(c);
-  if (!r.substitute) return;
+  if (!r.substitute) {  // the free run: record its embeddings (unit 0's input)
+    if (l != 0) return;
+    const size_t hw = size_t(r.s->hc_mult) * r.s->hidden_size;
+    auto& e = r.out["embed"];
+    e.resize(size_t(r.B) * r.T * hw);
+    std::copy_n(H, rows * hw, e.begin() + row_base(r, start) * hw);
+    return;
+  }
   const size_t hw = size_t(r.s->hc_mult) * r.s->hidden_size, pw = size_t(r.s->hc_mult);
   const auto& gh = r.gf->at("h." + std::to_string(l));
   const auto& gp = r.gf->at("pre." + std::to_string(l));
@@ -207,6 +218,12 @@ inline std::string Report::summary() const {
   if (stages.empty()) o += "DSpark stages: no stage inputs in this golden (drafts judged as composed)\n";
   else o += "DSpark stages (outputs on golden inputs; the drafts' head on the golden last stage):\n";
   for (const auto& s : stages) line(s);
+  if (has_image) {
+    o += "vision (image_patches from the golden):\n";
+    line(vision_tower);
+    line(vision_embeds);
+    line(merged_embeds);
+  }
   o += "head, DSpark, free run:\n";
   line(head);
   line(dspark);
@@ -287,6 +304,44 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
                  gf["dspark_h." + std::to_string(k)].size() == size_t(B) * nd * blk * hc * d &&
                  gf["dspark_pre." + std::to_string(k)].size() == size_t(B) * nd * blk * hc;
   std::vector<float> dl_free(rec.stages ? dl.size() : 0);
+
+  // The image (SPEC §4.10): the golden's patches through the model's vision encoder; its span in sequence img_b.
+  Report rep;
+  VisionResult vis;
+  std::vector<int8_t> span_types;
+  ImageSpan span;
+  int img_b = -1;
+  const st::TensorView* patches_t = gfile->find("image_patches");
+  if (gi.count("image_grid") && gi["image_grid"].size() == 6 && patches_t && patches_t->dtype == st::DType::BF16) {
+    const auto& g = gi["image_grid"];
+    ImageInput in;
+    in.patches = std::span<const uint16_t>(reinterpret_cast<const uint16_t*>(patches_t->data), size_t(patches_t->numel()));
+    in.n_vit_h = g[2];
+    in.n_vit_w = g[3];
+    in.n_llm_h = g[4];
+    in.n_llm_w = g[5];
+    rep.has_image = true;
+    if constexpr (requires { model.encode_image(in, vis); }) {
+      DSV41_TRY(model.encode_image(in, vis));
+      const auto& tt = gi["token_types"];
+      const int64_t n = int64_t(in.n_llm_h) * (in.n_llm_w + 1) + 2;
+      if (g[0] < 0 || g[0] >= B || g[1] < 0 || g[1] + n > P || tt.size() != size_t(B) * P)
+        return error(Code::format_error, golden_path + ": image_grid or token_types out of range");
+      img_b = g[0];
+      for (int64_t i = 0; i < n; ++i) span_types.push_back(int8_t(tt[size_t(img_b) * P + size_t(g[1] + i)]));
+      span.start = g[1];
+      span.types = span_types;
+      span.embeds = vis.embeds;
+    }
+  }
+  auto prompt_options = [&](int b, bool all_logits) {
+    ForwardOptions fo;
+    fo.all_logits = all_logits;
+    fo.hooks = &hooks;
+    if (b == img_b) fo.images = std::span<const ImageSpan>(&span, 1);
+    return fo;
+  };
+
   for (int b = 0; b < B; ++b) {
     rec.b = b;
     const int32_t* seq = ids.data() + size_t(b) * T;
@@ -295,7 +350,7 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
     if (!st_r.ok()) return st_r.status();
     auto& st = *st_r;
     ForwardResult fr;
-    DSV41_TRY(model.forward(st, std::span<const int32_t>(seq, size_t(P)), fr, false, &hooks));
+    DSV41_TRY(model.forward(st, std::span<const int32_t>(seq, size_t(P)), fr, prompt_options(b, false)));
     for (int t = P; t < T; ++t) {
       DSV41_TRY(model.forward(st, std::span<const int32_t>(seq + t, 1), fr, false, &hooks));
       if (nd > 0) {
@@ -318,7 +373,7 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
     auto fs_r = new_sequence_of(model, T);
     if (!fs_r.ok()) return fs_r.status();
     auto& fs = *fs_r;
-    DSV41_TRY(model.forward(fs, std::span<const int32_t>(seq, size_t(P)), fr, true, &hooks));
+    DSV41_TRY(model.forward(fs, std::span<const int32_t>(seq, size_t(P)), fr, prompt_options(b, true)));
     std::copy(fr.logits.begin(), fr.logits.end(), free_logits.begin() + size_t(b) * T * V);
     for (int t = P; t < T; ++t) {
       DSV41_TRY(model.forward(fs, std::span<const int32_t>(seq + t, 1), fr, false, &hooks));
@@ -333,7 +388,6 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
   model.backend().head(gf["h." + std::to_string(L)].data(), gf["pre." + std::to_string(L)].data(), 0, B * T,
                        head_logits.data());
 
-  Report rep;
   bool nan = false;
   double frac_sum = 0;
   for (int l = 0; l < L; ++l) {
@@ -410,6 +464,14 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
       nan = nan || free_nan;
     }
   }
+  if (rep.has_image) {  // the README's contract for the additions: median ≤ 1e-2, every row ≤ 3e-2
+    const int dv = s.vision.hidden_size;
+    rep.vision_tower = detail::rel_stat("vision_tower", vis.tower, gf["vision_tower"], size_t(dv), &nan);
+    rep.vision_embeds = detail::rel_stat("vision_embeds", vis.embeds, gf["vision_embeds"], size_t(d), &nan);
+    for (Stat* v : {&rep.vision_tower, &rep.vision_embeds}) v->pass = v->median <= 1e-2 && v->max <= 3e-2;
+    rep.merged_embeds = detail::rel_stat("embeddings (h.0)", rec.out["embed"], gf["h.0"], size_t(hc) * d, &nan);
+    rep.merged_embeds.pass = true;  // reported: the free run's unit-0 input against h.0
+  }
   rep.free_run = detail::rel_stat("free_run_logits", free_logits, gf["logits"], size_t(V), &nan);
   rep.free_run.pass = true;  // reported, not judged
   if (!g_engram.empty()) {
@@ -422,6 +484,7 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
   for (const auto& u : rep.units) rep.pass = rep.pass && u.pass;
   for (const auto& t : rep.topk) rep.pass = rep.pass && t.pass;
   for (const auto& t : rep.stages) rep.pass = rep.pass && t.pass;
+  if (rep.has_image) rep.pass = rep.pass && rep.vision_tower.pass && rep.vision_embeds.pass;
 
   if (dump) {
     using st::DType;
@@ -439,6 +502,13 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
     if (nd > 0) {
       dump->push_back(detail::tensor("dspark_logits", DType::F32, {B, nd, blk, V}, dl));
       dump->push_back(detail::tensor("dspark_confidence", DType::F32, {B, nd, blk}, dc));
+    }
+    if (rep.has_image) {
+      const auto& g = gi["image_grid"];
+      const int64_t np = int64_t(g[2]) * g[3], ps = s.vision.patch_size;
+      dump->push_back(detail::tensor("image_patches", DType::BF16, {np, 3, ps, ps}, gf["image_patches"]));
+      dump->push_back(detail::tensor("vision_tower", DType::BF16, {np, s.vision.hidden_size}, vis.tower));
+      dump->push_back(detail::tensor("vision_embeds", DType::BF16, {int64_t(g[4]) * g[5], d}, vis.embeds));
     }
     if (!rec.engram.empty()) {
       const int64_t nl = int64_t(s.engram_layer_ids.size());

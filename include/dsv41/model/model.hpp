@@ -14,6 +14,7 @@
 #include <dsv41/blocks/dspark.hpp>
 #include <dsv41/blocks/forward.hpp>
 #include <dsv41/blocks/forward_types.hpp>
+#include <dsv41/blocks/vision.hpp>
 #include <dsv41/core/status.hpp>
 #include <dsv41/model/load.hpp>
 
@@ -38,6 +39,8 @@ struct PrefillOptions {
   bool bounded_replay = false;
   bool (*on_chunk)(void* ctx, int64_t done, int64_t total) = nullptr;
   void* ctx = nullptr;
+  // SPEC §4.10 image spans of the prompt (sequence positions; each must lie inside one chunk).
+  std::span<const ImageSpan> images;
 };
 
 // One sequence's token in a decode step (Model::decode of either backend).
@@ -116,10 +119,19 @@ class Model {
     ForwardResult host;
     auto sink = ops_->logits_sink(&host, 1);
     if (!sink.ok()) return sink.status();
+    const int64_t p0 = st.pos;
+    for (const ImageSpan& sp : opt.images)
+      if (sp.start < p0 || sp.start >= p0 + int64_t(ids.size()))
+        return error(Code::invalid_argument, "prefill: an image span starts outside the prompt");
+    std::vector<ImageSpan> spans;
     for (size_t i = 0; i < ids.size(); i += chunk) {
       const size_t n = std::min(chunk, ids.size() - i);
       ForwardOptions fo;
       fo.bounded_replay = opt.bounded_replay;
+      spans.clear();
+      for (const ImageSpan& sp : opt.images)
+        if (sp.start >= p0 + int64_t(i) && sp.start < p0 + int64_t(i + n)) spans.push_back(sp);
+      fo.images = spans;
       const bool last = i + n == ids.size();
       DSV41_TRY(blocks::forward(*ops_, st, ids.subspan(i, n), fo, sink->target(last && last_logits)));
       if (opt.on_chunk) {
@@ -130,6 +142,13 @@ class Model {
     }
     if (last_logits) return sink->read(*last_logits);
     return ops_->synchronize();
+  }
+
+  // SPEC §4.10 the vision encoder on one image: out.embeds are the rows of its span's IMAGE slots (ImageSpan).
+  Status encode_image(const ImageInput& in, VisionResult& out) const
+    requires requires(const Ops& o, const ImageInput& i) { o.vision_work(i); }
+  {
+    return blocks::vision_encode(*ops_, in, out);
   }
 
   // One decode step for several sequences, each at its own position (one batched forward where the backend

@@ -14,11 +14,13 @@
 #include <dsv41/backend/cpu/sequence.hpp>
 #include <dsv41/backend/cpu/snapshot.hpp>
 #include <dsv41/backend/cpu/unit_ops.hpp>
+#include <dsv41/backend/cpu/vision_ops.hpp>
 #include <dsv41/blocks/backend_ops.hpp>
 #include <dsv41/blocks/forward_types.hpp>
 #include <dsv41/blocks/hooks.hpp>
 #include <dsv41/blocks/kv_cache.hpp>
 #include <dsv41/blocks/rope.hpp>
+#include <dsv41/blocks/vision.hpp>
 #include <dsv41/blocks/weights.hpp>
 #include <dsv41/config/model_shape.hpp>
 #include <dsv41/config/schedule.hpp>
@@ -69,6 +71,7 @@ class Ops {
     std::vector<float>* logits = nullptr;  // [S or 1, V] out, or null
     bool all_logits = false;
     IndexHandoff handoff;
+    std::span<const ImageSpan> images;     // image spans among the rows (checked), merged by embed
 
     int rows() const { return S; }
     int64_t first_position() const { return p0; }
@@ -173,9 +176,79 @@ class Ops {
 
   // ---- the stack's steps ----
 
-  // Embeddings of the ids expanded to the hc residual streams (each stream the embedding; pre 1 for stream 0).
+  // Embeddings of the ids expanded to the hc residual streams (each stream the embedding; pre 1 for stream 0);
+  // image span rows take the image_* vectors and the aligner rows (SPEC §4.10).
   Status embed(Batch& b) const {
     embed_streams(b.ids, b.H, b.pre);
+    if (b.images.empty()) return Status::Ok();
+    const int hc = s_.hc_mult, d = s_.hidden_size;
+    std::vector<float> E(size_t(b.S) * d);
+    for (int t = 0; t < b.S; ++t) std::copy_n(b.H.begin() + std::ptrdiff_t(size_t(t) * hc * d), d, E.begin() + std::ptrdiff_t(size_t(t) * d));
+    merge_image_spans(s_, w_.vision, b.images, b.p0, E.data());
+    for (int t = 0; t < b.S; ++t)
+      for (int k = 0; k < hc; ++k)
+        std::copy_n(E.begin() + std::ptrdiff_t(size_t(t) * d), d, b.H.begin() + std::ptrdiff_t((size_t(t) * hc + k) * d));
+    return Status::Ok();
+  }
+
+  // The image spans of the batch's rows (blocks::forward checked them with check_image_spans).
+  Status set_images(Batch& b, std::span<const ImageSpan> spans) const {
+    if (!spans.empty() && !w_.vision) return error(Code::unsupported, "forward: this model has no vision weights");
+    b.images = spans;
+    return Status::Ok();
+  }
+
+  // ---- vision (SPEC §4.10; blocks/vision.hpp) ----
+
+  Result<VisionWork> vision_work(const ImageInput& in) const {
+    if (!w_.vision) return error(Code::unsupported, "encode_image: this model has no vision weights");
+    return Result<VisionWork>(cpu::vision_work(s_, in));
+  }
+  Status patch_embed(VisionWork& w, const ImageInput& in) const {
+    cpu::patch_embed(w_.vision, in, w);
+    return Status::Ok();
+  }
+  Status vision_norm(int l, int k, VisionWork& w) const {
+    const VisionBlockWeights& B = w_.vision.blocks[size_t(l)];
+    rmsnorm(w.x.data(), (k == 1 ? B.norm1 : B.norm2).data(), w.n, s_.vision.hidden_size, 1e-6f, w.h.data());
+    return Status::Ok();
+  }
+  Status vision_qkv(int l, VisionWork& w) const {
+    const VisionBlockWeights& B = w_.vision.blocks[size_t(l)];
+    vision_linear(B.wqkv, B.bqkv, w.h.data(), w.n, w.qkv.data());
+    return Status::Ok();
+  }
+  Status vision_rope2d(VisionWork& w) const {
+    cpu::vision_rope2d(s_, w);
+    return Status::Ok();
+  }
+  Status vision_attention(VisionWork& w) const {
+    cpu::vision_attention(s_, w);
+    return Status::Ok();
+  }
+  Status vision_wo(int l, VisionWork& w) const {
+    cpu::vision_wo(w_.vision.blocks[size_t(l)], w);
+    return Status::Ok();
+  }
+  Status vision_mlp(int l, VisionWork& w) const {
+    cpu::vision_mlp(w_.vision.blocks[size_t(l)], w);
+    return Status::Ok();
+  }
+  Status vision_final_norm(VisionWork& w) const {
+    rmsnorm(w.x.data(), w_.vision.norm.data(), w.n, s_.vision.hidden_size, 1e-6f, w.tower.data());
+    return Status::Ok();
+  }
+  Status vision_merge(VisionWork& w) const {
+    cpu::vision_merge(s_, w);
+    return Status::Ok();
+  }
+  Status vision_aligner(VisionWork& w) const {
+    cpu::vision_aligner(s_, w_.vision, w);
+    return Status::Ok();
+  }
+  Status vision_read(VisionWork& w, VisionResult& out) const {
+    out.tower = std::move(w.tower);
+    out.embeds = std::move(w.embeds);
     return Status::Ok();
   }
 
