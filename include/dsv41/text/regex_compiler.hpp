@@ -302,12 +302,21 @@ class RegexCompiler : RegexParser {
 
 }  // namespace detail
 
-inline Result<Regex> Regex::compile(std::string_view pattern) {
+inline Result<Regex> Regex::compile(std::string_view pattern, RegexEngine engine) {
   Regex re;
-  detail::RegexCompiler p(re, pattern);
-  Status s = p.run();
+  Status s;
+  if (engine == RegexEngine::Oniguruma && !have_oniguruma()) {
+    s = error(Code::unsupported, "this build has no Oniguruma (DSV41_HAVE_ONIGURUMA)");
+  } else if (engine == RegexEngine::Own || !have_oniguruma()) {
+    detail::RegexCompiler p(re, pattern);
+    s = p.run();
+  } else {
+#if defined(DSV41_HAVE_ONIGURUMA)
+    s = detail::onig_compile(pattern, re.onig_);
+#endif
+  }
   if (!s.ok()) return Status(s.code(), "regex '" + std::string(pattern) + "': " + s.message());
-  return re;
+  return Result<Regex>(std::move(re));
 }
 
 }  // namespace dsv41::text
