@@ -313,6 +313,7 @@ inline Result<Regex> Regex::compile(std::string_view pattern, RegexEngine engine
   } else {
 #if defined(DSV41_HAVE_ONIGURUMA)
     s = detail::onig_compile(pattern, re.onig_);
+    re.onig_find_ = &detail::onig_find;
 #endif
   }
   if (!s.ok()) return Status(s.code(), "regex '" + std::string(pattern) + "': " + s.message());

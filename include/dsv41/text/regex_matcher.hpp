@@ -152,9 +152,7 @@ class Regex {
   friend class detail::RegexCompiler;
 
   bool search_budgeted(const RegexInput& in, int from, int& mstart, int& mend, RegexScratch& sc) const {
-#if defined(DSV41_HAVE_ONIGURUMA)
-    if (onig_) return detail::onig_find(onig_.get(), sc.onig, in.cp, in.lo, in.hi, from, mstart, mend, sc.status) == 1;
-#endif
+    if (onig_) return onig_find_(onig_.get(), sc.onig, in.cp, in.lo, in.hi, from, mstart, mend, sc.status) == 1;
     if (sc.regs.size() < static_cast<size_t>(nregs_)) sc.regs.resize(nregs_, -1);
     const uint8_t* ft = first_table_.data();
     for (int s = from; s <= in.hi; ++s) {
@@ -224,7 +222,11 @@ class Regex {
   int first_ = -1;  // class of possible first code points, -1 when the pattern can match empty
   std::array<uint8_t, 128> first_table_{};  // ASCII code points that can start a match
   int nregs_ = 0;
-  std::shared_ptr<void> onig_;  // an OnigRegex when Oniguruma runs this pattern (regex_onig.hpp)
+  // An OnigRegex and its search (regex_onig.hpp) when Oniguruma runs this pattern. The search is
+  // a pointer so that no member depends on DSV41_HAVE_ONIGURUMA: translation units built with
+  // and without it can share a Regex.
+  std::shared_ptr<void> onig_;
+  detail::OnigFind onig_find_ = nullptr;
 
   // Membership before negation.
   bool class_raw(int idx, uint32_t cp, uint8_t cat) const {

@@ -6,7 +6,7 @@
 //
 // Limits, per search and per thread (an OnigMatchParam in the scratch; no global setter is used):
 // 10,000,000 retries per match attempt (libonig's default, the one `tokenizers` runs with), a
-// retry budget for the whole search proportional to the text searched, and a backtracking-stack
+// retry budget for each search proportional to the window searched, and a backtracking-stack
 // bound; going past one is a resource_exhausted Status instead of an unbounded run.
 //
 // Global state: libonig initializes itself on the first onig_new (onig_reg_init calls
@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <memory>
 
+#include <dsv41/core/status.hpp>
+
 namespace dsv41::text::detail {
 
 // Per-thread Oniguruma state, present (empty) in every build so that layouts never depend on
@@ -26,7 +28,11 @@ namespace dsv41::text::detail {
 struct OnigScratch {
   std::shared_ptr<void> region;  // OnigRegion
   std::shared_ptr<void> param;   // OnigMatchParam
+  long limits_for = -1;          // the window length the param's limits were set for
 };
+// onig_find below: 1 with the match in [ms, me), 0 for none, -1 with a non-ok Status.
+using OnigFind = int (*)(void* reg, OnigScratch& os, const uint32_t* cp, int lo, int hi, int from, int& ms, int& me,
+                         dsv41::Status& st);
 
 }  // namespace dsv41::text::detail
 
@@ -93,12 +99,15 @@ inline int onig_find(void* reg, OnigScratch& os, const uint32_t* cp, int lo, int
   }
   auto* mp = static_cast<OnigMatchParam*>(os.param.get());
   auto* rg = static_cast<OnigRegion*>(os.region.get());
-  const unsigned long n = static_cast<unsigned long>(hi - from) + 1;
-  onig_initialize_match_param(mp);
-  onig_set_retry_limit_in_match_of_match_param(mp, kOnigRetryPerMatch);
-  onig_set_retry_limit_in_search_of_match_param(mp, kOnigRetryPerMatch + 256UL * n);
-  onig_set_match_stack_limit_size_of_match_param(mp, static_cast<unsigned int>(std::min<unsigned long>(
-                                                        (1UL << 20) + 64UL * n, 1UL << 30)));
+  if (os.limits_for != hi - lo) {  // limits scale with the window, so one setting serves a whole walk
+    const unsigned long n = static_cast<unsigned long>(hi - lo) + 1;
+    onig_initialize_match_param(mp);
+    onig_set_retry_limit_in_match_of_match_param(mp, kOnigRetryPerMatch);
+    onig_set_retry_limit_in_search_of_match_param(mp, kOnigRetryPerMatch + 256UL * n);
+    onig_set_match_stack_limit_size_of_match_param(
+        mp, static_cast<unsigned int>(std::min<unsigned long>((1UL << 20) + 64UL * n, 1UL << 30)));
+    os.limits_for = hi - lo;
+  }
   const auto* s = reinterpret_cast<const OnigUChar*>(cp + lo);
   const auto* e = reinterpret_cast<const OnigUChar*>(cp + hi);
   const auto* start = reinterpret_cast<const OnigUChar*>(cp + from);
