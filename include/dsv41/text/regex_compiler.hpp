@@ -304,18 +304,19 @@ class RegexCompiler : RegexParser {
 
 inline Result<Regex> Regex::compile(std::string_view pattern, RegexEngine engine) {
   Regex re;
-  Status s;
-  if (engine == RegexEngine::Oniguruma && !have_oniguruma()) {
-    s = error(Code::unsupported, "this build has no Oniguruma (DSV41_HAVE_ONIGURUMA)");
-  } else if (engine == RegexEngine::Own || !have_oniguruma()) {
-    detail::RegexCompiler p(re, pattern);
-    s = p.run();
-  } else {
+  auto build = [&]() -> Status {
+    if (engine == RegexEngine::Oniguruma && !have_oniguruma())
+      return error(Code::unsupported, "this build has no Oniguruma (DSV41_HAVE_ONIGURUMA)");
 #if defined(DSV41_HAVE_ONIGURUMA)
-    s = detail::onig_compile(pattern, re.onig_);
-    re.onig_find_ = &detail::onig_find;
+    if (engine != RegexEngine::Own) {
+      re.onig_find_ = &detail::onig_find;
+      return detail::onig_compile(pattern, re.onig_);
+    }
 #endif
-  }
+    detail::RegexCompiler p(re, pattern);
+    return p.run();
+  };
+  const Status s = build();
   if (!s.ok()) return Status(s.code(), "regex '" + std::string(pattern) + "': " + s.message());
   return Result<Regex>(std::move(re));
 }

@@ -117,7 +117,7 @@ class Regex {
   // Leftmost match starting at or after `from`; false when there is none or when the search was
   // refused (a limit; sc.status says why).
   bool search(const RegexInput& in, int from, int& mstart, int& mend, RegexScratch& sc) const {
-    sc.status = Status::Ok();
+    detail::set_status(sc.status, Status::Ok());
     sc.steps = 0;
     sc.step_limit = step_budget(in.hi - from);
     return search_budgeted(in, from, mstart, mend, sc);
@@ -128,7 +128,7 @@ class Regex {
   // search ends the walk: the Status says so, and f has seen the matches before it.
   template <class F>
   Status for_each_match(const RegexInput& in, RegexScratch& sc, F&& f) const {
-    sc.status = Status::Ok();
+    detail::set_status(sc.status, Status::Ok());
     sc.steps = 0;
     sc.step_limit = step_budget(in.hi - in.lo);
     int last_end = in.lo;
@@ -171,9 +171,9 @@ class Regex {
         return true;
       }
       if (e == kOverBudget) {
-        sc.status = error(Code::resource_exhausted,
-                          "regex search refused: more than " + std::to_string(sc.step_limit) +
-                              " backtracking steps (pattern too ambiguous for this input)");
+        detail::set_status(sc.status, error(Code::resource_exhausted,
+                                            "regex search refused: more than " + std::to_string(sc.step_limit) +
+                                                " backtracking steps (pattern too ambiguous for this input)"));
         return false;
       }
     }

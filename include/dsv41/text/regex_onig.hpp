@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include <dsv41/core/status.hpp>
 
@@ -30,6 +31,10 @@ struct OnigScratch {
   std::shared_ptr<void> param;   // OnigMatchParam
   long limits_for = -1;          // the window length the param's limits were set for
 };
+// Status assignment through a void cast: Status is [[nodiscard]], and nvcc warns on a plain
+// `a = b` because operator= returns Status&.
+inline void set_status(Status& dst, Status src) { static_cast<void>(dst = std::move(src)); }
+
 // onig_find below: 1 with the match in [ms, me), 0 for none, -1 with a non-ok Status.
 using OnigFind = int (*)(void* reg, OnigScratch& os, const uint32_t* cp, int lo, int hi, int from, int& ms, int& me,
                          dsv41::Status& st);
@@ -91,7 +96,7 @@ inline int onig_find(void* reg, OnigScratch& os, const uint32_t* cp, int lo, int
     if (!rg || !mp) {
       if (rg) onig_region_free(rg, 1);
       if (mp) onig_free_match_param(mp);
-      st = error(Code::out_of_memory, "regex: cannot allocate Oniguruma match state");
+      set_status(st, error(Code::out_of_memory, "regex: cannot allocate Oniguruma match state"));
       return -1;
     }
     os.region = std::shared_ptr<void>(rg, [](void* x) { onig_region_free(static_cast<OnigRegion*>(x), 1); });
@@ -120,7 +125,7 @@ inline int onig_find(void* reg, OnigScratch& os, const uint32_t* cp, int lo, int
   }
   if (r == ONIG_MISMATCH) return 0;
   const Code c = r == ONIGERR_MEMORY ? Code::out_of_memory : Code::resource_exhausted;
-  st = error(c, "regex search refused (Oniguruma: " + onig_message(r, nullptr) + ")");
+  set_status(st, error(c, "regex search refused (Oniguruma: " + onig_message(r, nullptr) + ")"));
   return -1;
 }
 

@@ -208,7 +208,7 @@ class TokenizerSteps {
   }
 
   static void note(Scratch& sc, Status s) {
-    if (!s.ok() && sc.regex_error.ok()) sc.regex_error = std::move(s);
+    if (!s.ok() && sc.regex_error.ok()) detail::set_status(sc.regex_error, std::move(s));
   }
 
   // Splits every piece by `re` and passes the parts `behavior` keeps, in order, to
