@@ -3,7 +3,7 @@
 # The CUDA toolkit (nvcc, CCCL) comes with the machine image and is used when present.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config catch2 libfmt-dev libpng-dev libjpeg-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev
-      libcpp-httplib-dev libbenchmark-dev libxxhash-dev libhiredis-dev redis-server)
+      libcpp-httplib-dev libbenchmark-dev libxxhash-dev libhiredis-dev redis-server libonig-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

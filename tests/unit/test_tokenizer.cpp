@@ -360,14 +360,20 @@ TEST_CASE("tokenizer: malformed or unsupported files are rejected with a message
                  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(ab"}}}, {"behavior", "Isolated"}};
                }),
                Code::format_error, "(ab");
+  if (!dsv41::text::Regex::have_oniguruma()) {  // the own engine lacks these; Oniguruma has them
+    expect_error(with([](auto& j) {
+                   j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(a)\\1"}}}, {"behavior", "Isolated"}};
+                 }),
+                 Code::unsupported, "escape");
+    expect_error(with([](auto& j) {
+                   j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "\\p{Han}"}}}, {"behavior", "Isolated"}};
+                 }),
+                 Code::unsupported, "han");
+  }
   expect_error(with([](auto& j) {
-                 j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(a)\\1"}}}, {"behavior", "Isolated"}};
+                 j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(((a)"}}}, {"behavior", "Isolated"}};
                }),
-               Code::unsupported, "escape");
-  expect_error(with([](auto& j) {
-                 j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "\\p{Han}"}}}, {"behavior", "Isolated"}};
-               }),
-               Code::unsupported, "han");
+               Code::format_error, "(((a)");
   expect_error(with([](auto& j) {
                  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Sideways"}};
                }),
@@ -381,4 +387,64 @@ TEST_CASE("tokenizer: malformed or unsupported files are rejected with a message
   auto missing = Tokenizer::from_json_file(kDir + "no/such/tokenizer.json");
   REQUIRE(!missing.ok());
   CHECK(missing.status().code() == Code::io_error);
+}
+
+TEST_CASE("tokenizer: deep nesting and pathological split patterns", "[tokenizer]") {
+  const std::string good = read_file(kDir + "gpt2/tokenizer.json");
+  const auto base = nlohmann::json::parse(good);
+  // Normalizer, pre-tokenizer and decoder Sequences nested 30,000 deep: refused, no stack overflow.
+  const int d = 30000;
+  auto nested = [&](const char* key, const char* list, nlohmann::json leaf) {
+    std::string s = leaf.dump();
+    std::string open, close;
+    for (int i = 0; i < d; ++i) {
+      open += std::string("{\"type\":\"Sequence\",\"") + list + "\":[";
+      close += "]}";
+    }
+    auto j = base;
+    j.erase(key);
+    std::string txt = j.dump();
+    txt.insert(1, std::string("\"") + key + "\":" + open + s + close + ",");
+    return txt;
+  };
+  for (const auto& txt : {nested("normalizer", "normalizers", {{"type", "NFC"}}),
+                          nested("pre_tokenizer", "pretokenizers", {{"type", "ByteLevel"}}),
+                          nested("decoder", "decoders", {{"type", "ByteLevel"}})}) {
+    auto r = Tokenizer::from_json_string(txt);
+    INFO(r.status().to_string());
+    REQUIRE(!r.ok());
+    CHECK(r.status().code() == Code::format_error);
+    CHECK(r.status().message().find("nested") != std::string::npos);
+  }
+  // A regex nested 30,000 deep in a Split pattern.
+  {
+    auto j = base;
+    j["pre_tokenizer"] = {{"type", "Split"},
+                          {"pattern", {{"Regex", std::string(d, '(') + "a" + std::string(d, ')')}}},
+                          {"behavior", "Isolated"}};
+    auto r = Tokenizer::from_json_string(j.dump());
+    INFO(r.status().to_string());
+    CHECK(!r.ok());
+  }
+  // A split pattern that backtracks exponentially: try_encode says so, encode still returns ids
+  // (the refused piece unsplit), and ordinary text is unaffected.
+  auto j = base;
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         {{{"type", "Split"}, {"pattern", {{"Regex", "(\\s*)+$"}}}, {"behavior", "Isolated"}},
+                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}}};
+  auto t = Tokenizer::from_json_string(j.dump());
+  INFO(t.status().to_string());
+  REQUIRE(t.ok());
+  const std::string bad = std::string(100000, ' ') + "x";
+  auto r = t->try_encode(bad);
+  REQUIRE(!r.ok());
+  CHECK(r.status().code() == Code::resource_exhausted);
+  CHECK(r.status().message().find("refused") != std::string::npos);
+  CHECK(!t->encode(bad).empty());
+  auto g = Tokenizer::from_json_string(good);
+  REQUIRE(g.ok());
+  auto ok = t->try_encode("Hello world  ");
+  REQUIRE(ok.ok());
+  CHECK(*ok == g->encode("Hello world  "));
 }

@@ -302,12 +302,23 @@ class RegexCompiler : RegexParser {
 
 }  // namespace detail
 
-inline Result<Regex> Regex::compile(std::string_view pattern) {
+inline Result<Regex> Regex::compile(std::string_view pattern, RegexEngine engine) {
   Regex re;
-  detail::RegexCompiler p(re, pattern);
-  Status s = p.run();
+  auto build = [&]() -> Status {
+    if (engine == RegexEngine::Oniguruma && !have_oniguruma())
+      return error(Code::unsupported, "this build has no Oniguruma (DSV41_HAVE_ONIGURUMA)");
+#if defined(DSV41_HAVE_ONIGURUMA)
+    if (engine != RegexEngine::Own) {
+      re.onig_find_ = &detail::onig_find;
+      return detail::onig_compile(pattern, re.onig_);
+    }
+#endif
+    detail::RegexCompiler p(re, pattern);
+    return p.run();
+  };
+  const Status s = build();
   if (!s.ok()) return Status(s.code(), "regex '" + std::string(pattern) + "': " + s.message());
-  return re;
+  return Result<Regex>(std::move(re));
 }
 
 }  // namespace dsv41::text

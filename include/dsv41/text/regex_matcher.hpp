@@ -1,5 +1,6 @@
 // The compiled Regex of <dsv41/text/unicode_regex.hpp>: its program (instructions and character
-// classes) and the backtracking matcher that runs it. compile() is in regex_compiler.hpp.
+// classes) and the backtracking matcher that runs it, or an Oniguruma regex (regex_onig.hpp).
+// compile() is in regex_compiler.hpp.
 #pragma once
 #include <utf8proc.h>
 
@@ -7,12 +8,14 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include <dsv41/core/status.hpp>
+#include <dsv41/text/regex_onig.hpp>
 #include <dsv41/text/unicode_props.hpp>
 #include <dsv41/core/utf8.hpp>
 
@@ -55,7 +58,16 @@ struct RegexScratch {
   };
   Stack stack;
   std::vector<int> regs;
+  // The own engine's work budget for the current search or for_each_match, in steps (branches
+  // taken, backtracks, code points scanned by a repeat).
+  uint64_t steps = 0, step_limit = 0;
+  Status status;  // why the last search stopped early (ok when it did not)
+  detail::OnigScratch onig;
 };
+
+// Which engine runs a Regex. Default: Oniguruma where the build has it (DSV41_HAVE_ONIGURUMA),
+// else the own engine.
+enum class RegexEngine : uint8_t { Default, Own, Oniguruma };
 
 namespace detail {
 class RegexParser;
@@ -65,7 +77,25 @@ class RegexCompiler;
 class Regex {
  public:
   // Compiles `pattern` (defined in regex_compiler.hpp).
-  static Result<Regex> compile(std::string_view pattern);
+  static Result<Regex> compile(std::string_view pattern, RegexEngine engine = RegexEngine::Default);
+
+  static constexpr bool have_oniguruma() {
+#if defined(DSV41_HAVE_ONIGURUMA)
+    return true;
+#else
+    return false;
+#endif
+  }
+  RegexEngine engine() const { return onig_ ? RegexEngine::Oniguruma : RegexEngine::Own; }
+
+  // The own engine's budget: a search (or all searches of one for_each_match) over n code points
+  // may take kStepFloor + kStepsPerCp * (n + 1) * program size steps; past that it stops with
+  // resource_exhausted, so no pattern or input runs exponentially long.
+  static constexpr uint64_t kStepFloor = uint64_t{1} << 22;
+  static constexpr uint64_t kStepsPerCp = 16;
+  uint64_t step_budget(int n) const {
+    return kStepFloor + kStepsPerCp * (static_cast<uint64_t>(n > 0 ? n : 0) + 1) * (prog_.size() + 1);
+  }
 
   // Escapes a literal string into a pattern that matches exactly it.
   static std::string escape(std::string_view lit) {
@@ -84,8 +114,45 @@ class Regex {
     return out;
   }
 
-  // Leftmost match starting at or after `from`; false when there is none.
+  // Leftmost match starting at or after `from`; false when there is none or when the search was
+  // refused (a limit; sc.status says why).
   bool search(const RegexInput& in, int from, int& mstart, int& mend, RegexScratch& sc) const {
+    detail::set_status(sc.status, Status::Ok());
+    sc.steps = 0;
+    sc.step_limit = step_budget(in.hi - from);
+    return search_budgeted(in, from, mstart, mend, sc);
+  }
+
+  // All matches, the way the onig crate's find_iter walks them (an empty match right after
+  // the previous match is skipped by advancing one code point). Calls f(start, end). A refused
+  // search ends the walk: the Status says so, and f has seen the matches before it.
+  template <class F>
+  Status for_each_match(const RegexInput& in, RegexScratch& sc, F&& f) const {
+    detail::set_status(sc.status, Status::Ok());
+    sc.steps = 0;
+    sc.step_limit = step_budget(in.hi - in.lo);
+    int last_end = in.lo;
+    int last_match_end = -1;
+    while (last_end <= in.hi) {
+      int s, e;
+      if (!search_budgeted(in, last_end, s, e, sc)) break;
+      if (e == s && last_match_end == e) {
+        last_end += 1;
+        continue;
+      }
+      last_end = e;
+      last_match_end = e;
+      f(s, e);
+    }
+    return sc.status;
+  }
+
+ private:
+  friend class detail::RegexParser;
+  friend class detail::RegexCompiler;
+
+  bool search_budgeted(const RegexInput& in, int from, int& mstart, int& mend, RegexScratch& sc) const {
+    if (onig_) return onig_find_(onig_.get(), sc.onig, in.cp, in.lo, in.hi, from, mstart, mend, sc.status) == 1;
     if (sc.regs.size() < static_cast<size_t>(nregs_)) sc.regs.resize(nregs_, -1);
     const uint8_t* ft = first_table_.data();
     for (int s = from; s <= in.hi; ++s) {
@@ -103,32 +170,15 @@ class Regex {
         mend = e;
         return true;
       }
+      if (e == kOverBudget) {
+        detail::set_status(sc.status, error(Code::resource_exhausted,
+                                            "regex search refused: more than " + std::to_string(sc.step_limit) +
+                                                " backtracking steps (pattern too ambiguous for this input)"));
+        return false;
+      }
     }
     return false;
   }
-
-  // All matches, the way the onig crate's find_iter walks them (an empty match right after
-  // the previous match is skipped by advancing one code point). Calls f(start, end).
-  template <class F>
-  void for_each_match(const RegexInput& in, RegexScratch& sc, F&& f) const {
-    int last_end = in.lo;
-    int last_match_end = -1;
-    while (last_end <= in.hi) {
-      int s, e;
-      if (!search(in, last_end, s, e, sc)) break;
-      if (e == s && last_match_end == e) {
-        last_end += 1;
-        continue;
-      }
-      last_end = e;
-      last_match_end = e;
-      f(s, e);
-    }
-  }
-
- private:
-  friend class detail::RegexParser;
-  friend class detail::RegexCompiler;
 
   enum class Op : uint8_t {
     Char, CharI, Class, Any, AnyNL, Split, Jmp, Match, Repeat, Look, Atomic,
@@ -172,6 +222,11 @@ class Regex {
   int first_ = -1;  // class of possible first code points, -1 when the pattern can match empty
   std::array<uint8_t, 128> first_table_{};  // ASCII code points that can start a match
   int nregs_ = 0;
+  // An OnigRegex and its search (regex_onig.hpp) when Oniguruma runs this pattern. The search is
+  // a pointer so that no member depends on DSV41_HAVE_ONIGURUMA: translation units built with
+  // and without it can share a Regex.
+  std::shared_ptr<void> onig_;
+  detail::OnigFind onig_find_ = nullptr;
 
   // Membership before negation.
   bool class_raw(int idx, uint32_t cp, uint8_t cat) const {
@@ -249,11 +304,14 @@ class Regex {
   bool is_word(const RegexInput& t, int p) const { return gc::is_word(t.cp[p], t.cat[p]); }
 
   enum FrameKind { kBranch, kRepGreedy, kRepLazy, kRestore };
+  static constexpr int kOverBudget = -2;
 
-  // Runs the program from pc at pos; returns the end of the first match found, or -1.
+  // Runs the program from pc at pos; returns the end of the first match found, -1 for none, or
+  // kOverBudget when sc.steps passed sc.step_limit.
   int run(const RegexInput& t, RegexScratch& sc, int pc, int pos) const {
     auto& st = sc.stack;
     const size_t base = st.size();
+    if (++sc.steps > sc.step_limit) return kOverBudget;
     for (;;) {
       const Inst& in = prog_[pc];
       switch (in.op) {
@@ -277,6 +335,7 @@ class Regex {
             pc = in.y;
             continue;
           }
+          if (++sc.steps > sc.step_limit) goto over;
           st.push({kBranch, in.y, pos, 0});
           pc = in.x;
           continue;
@@ -318,6 +377,7 @@ class Regex {
             default:
               while (p < lim && single(in, t, p)) ++p;
           }
+          sc.steps += static_cast<uint64_t>(p - start);
           if (p - start < in.min) goto fail;
           if (in.mode == kGreedy) {
             const int lo = start + in.min;
@@ -336,11 +396,13 @@ class Regex {
         }
         case Op::Look: {
           const int r = run(t, sc, in.x, pos);
+          if (r == kOverBudget) goto over;
           if ((r >= 0) != (in.mode == 1)) { ++pc; continue; }
           goto fail;
         }
         case Op::Atomic: {
           const int r = run(t, sc, in.x, pos);
+          if (r == kOverBudget) goto over;
           if (r < 0) goto fail;
           pos = r;
           ++pc;
@@ -380,6 +442,7 @@ class Regex {
     fail:
       for (;;) {
         if (st.size() == base) return -1;
+        if (++sc.steps > sc.step_limit) goto over;
         const RegexScratch::Frame f = st.pop();
         if (f.kind == kBranch) {
           pc = f.pc;
@@ -411,6 +474,12 @@ class Regex {
         sc.regs[f.pc] = f.pos;  // kRestore
       }
     }
+  over:  // unwind this level (its registers are restored as the frames go)
+    while (st.size() > base) {
+      const RegexScratch::Frame f = st.pop();
+      if (f.kind == kRestore) sc.regs[f.pc] = f.pos;
+    }
+    return kOverBudget;
   }
 };
 

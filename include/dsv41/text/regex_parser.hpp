@@ -40,7 +40,12 @@ class RegexParser {
     int min = 0, max = 0;
     uint8_t mode = kGreedy;
     std::vector<int> kids;
+    int depth = 1;  // levels of the tree below and including this node
   };
+  // Nesting bounds, so that the recursive parser and code generator stay far from the stack's end
+  // on hostile patterns (groups, classes or quantifiers nested tens of thousands deep).
+  static constexpr int kMaxNesting = 1000;  // groups, inline flags and bracket classes
+  static constexpr int kMaxDepth = 4000;    // the tree: nesting plus stacked quantifiers
 
   RegexParser(Regex& re, std::string_view pat) : re_(re) {
     const auto* p = reinterpret_cast<const unsigned char*>(pat.data());
@@ -57,10 +62,27 @@ class RegexParser {
   std::vector<Node> nodes_;
   std::vector<std::pair<int, size_t>> subs_;  // (node, Look/Atomic instruction)
   int nregs_ = 0;
+  int nesting_ = 0;
+  bool too_deep_ = false;
+
+  // Counts one level of parser recursion for its scope.
+  struct Nest {
+    int& n;
+    explicit Nest(int& v) : n(v) { ++n; }
+    ~Nest() { --n; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+  };
+  Status nest_check() const {
+    if (nesting_ > kMaxNesting) return bad("nested more than " + std::to_string(kMaxNesting) + " levels deep");
+    return Status::Ok();
+  }
 
   bool eof() const { return i_ >= s_.size(); }
   uint32_t peek(size_t k = 0) const { return i_ + k < s_.size() ? s_[i_ + k] : 0; }
   int add(Node n) {
+    for (int k : n.kids) n.depth = std::max(n.depth, nodes_[k].depth + 1);
+    if (n.depth > kMaxDepth) too_deep_ = true;
     nodes_.push_back(std::move(n));
     return static_cast<int>(nodes_.size()) - 1;
   }
@@ -72,6 +94,8 @@ class RegexParser {
   static Status unsup(const std::string& m) { return error(Code::unsupported, m); }
 
   Status parse_alt(bool icase, bool dotall, int& out) {
+    const Nest nest(nesting_);
+    DSV41_TRY(nest_check());
     std::vector<int> alts;
     for (;;) {
       int seq;
@@ -121,6 +145,7 @@ class RegexParser {
       int atom;
       DSV41_TRY(parse_atom(icase, dotall, atom));
       DSV41_TRY(parse_quant(atom));
+      if (too_deep_) return bad("pattern nested more than " + std::to_string(kMaxDepth) + " levels deep");
       n.kids.push_back(atom);
     }
     if (n.kids.size() == 1) {
@@ -494,6 +519,8 @@ class RegexParser {
 
   // Parses a bracket class after its '['; leaves i_ after the closing ']'.
   Status parse_class(bool icase, int& out) {
+    const Nest nest(nesting_);
+    DSV41_TRY(nest_check());
     const int cls = new_class();
     bool neg = false;
     if (peek() == '^') {

@@ -85,15 +85,31 @@ class Tokenizer : private detail::TokenizerJson {
   }
 
   // Token ids of `utf8`. allow_special = false treats the text of special added tokens as
-  // ordinary text (like `tokenizers`' encode_special_tokens = True).
+  // ordinary text (like `tokenizers`' encode_special_tokens = True). A pre-tokenizer or
+  // normalizer regex search that its engine refuses (a pathological pattern on this input: see
+  // Regex::step_budget and regex_onig.hpp) leaves the rest of that piece unsplit; try_encode
+  // reports it instead.
   std::vector<int32_t> encode(std::string_view utf8, bool allow_special = true) const {
+    Scratch sc;
+    return encode_with(utf8, allow_special, sc);
+  }
+
+  // encode(), or the resource_exhausted Status of a refused regex search.
+  Result<std::vector<int32_t>> try_encode(std::string_view utf8, bool allow_special = true) const {
+    Scratch sc;
+    std::vector<int32_t> ids = encode_with(utf8, allow_special, sc);
+    if (!sc.regex_error.ok()) return Status(sc.regex_error.code(), "tokenizer: " + sc.regex_error.message());
+    return Result<std::vector<int32_t>>(std::move(ids));
+  }
+
+ private:
+  std::vector<int32_t> encode_with(std::string_view utf8, bool allow_special, Scratch& sc) const {
     std::vector<int32_t> out;
     std::string repaired;
     if (!utf8::is_valid(utf8)) {
       repaired = utf8::to_valid(utf8);
       utf8 = repaired;
     }
-    Scratch sc;
     out.reserve(utf8.size() / 3 + 4);
     split_added(utf8, raw_added_, allow_special, [&](std::string_view piece, int32_t id) {
       if (id >= 0) {
@@ -110,6 +126,7 @@ class Tokenizer : private detail::TokenizerJson {
     return out;
   }
 
+ public:
   // Text of `ids`; unknown ids are skipped, special tokens too when skip_special is set.
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const {
     std::string out;

@@ -78,15 +78,19 @@ class TokenizerJson : protected TokenizerSteps {
     return Status::Ok();
   }
 
-  Status load_normalizer(const json& o, const std::string& where) {
+  // Sequences nest at most this deep (the loaders recurse; a hostile file may nest thousands).
+  static constexpr int kMaxSequenceDepth = 64;
+
+  Status load_normalizer(const json& o, const std::string& where, int depth = 0) {
     if (o.is_null()) return Status::Ok();
+    if (depth > kMaxSequenceDepth) return bad(where + ": Sequences nested more than " + std::to_string(kMaxSequenceDepth) + " deep");
     std::string type;
     DSV41_TRY(get_type(o, type, where));
     NormStep n;
     if (type == "Sequence") {
       auto it = o.find("normalizers");
       if (it == o.end() || !it->is_array()) return bad(where + ".normalizers must be an array");
-      for (size_t k = 0; k < it->size(); ++k) DSV41_TRY(load_normalizer((*it)[k], where + ".normalizers[" + std::to_string(k) + "]"));
+      for (size_t k = 0; k < it->size(); ++k) DSV41_TRY(load_normalizer((*it)[k], where + ".normalizers[" + std::to_string(k) + "]", depth + 1));
       return Status::Ok();
     }
     if (type == "NFC") n.type = NormStep::NFC;
@@ -112,8 +116,9 @@ class TokenizerJson : protected TokenizerSteps {
     return Status::Ok();
   }
 
-  Status load_pre_tokenizer(const json& o, const std::string& where) {
+  Status load_pre_tokenizer(const json& o, const std::string& where, int depth = 0) {
     if (o.is_null()) return Status::Ok();
+    if (depth > kMaxSequenceDepth) return bad(where + ": Sequences nested more than " + std::to_string(kMaxSequenceDepth) + " deep");
     std::string type;
     DSV41_TRY(get_type(o, type, where));
     if (!pre_.empty() && pre_.back().type == PreStep::ByteLevel)
@@ -123,7 +128,7 @@ class TokenizerJson : protected TokenizerSteps {
       auto it = o.find("pretokenizers");
       if (it == o.end() || !it->is_array()) return bad(where + ".pretokenizers must be an array");
       for (size_t k = 0; k < it->size(); ++k)
-        DSV41_TRY(load_pre_tokenizer((*it)[k], where + ".pretokenizers[" + std::to_string(k) + "]"));
+        DSV41_TRY(load_pre_tokenizer((*it)[k], where + ".pretokenizers[" + std::to_string(k) + "]", depth + 1));
       return Status::Ok();
     }
     if (type == "Split") {
@@ -162,8 +167,9 @@ class TokenizerJson : protected TokenizerSteps {
     return Status::Ok();
   }
 
-  Status load_decoder(const json& o) {
+  Status load_decoder(const json& o, int depth = 0) {
     if (o.is_null()) return Status::Ok();
+    if (depth > kMaxSequenceDepth) return bad("decoder: Sequences nested more than " + std::to_string(kMaxSequenceDepth) + " deep");
     std::string type;
     DSV41_TRY(get_type(o, type, "decoder"));
     if (type == "ByteLevel") {
@@ -172,7 +178,7 @@ class TokenizerJson : protected TokenizerSteps {
     }
     if (type == "Sequence") {
       auto it = o.find("decoders");
-      if (it != o.end() && it->is_array() && it->size() == 1) return load_decoder((*it)[0]);
+      if (it != o.end() && it->is_array() && it->size() == 1) return load_decoder((*it)[0], depth + 1);
     }
     return unsupported("decoder type '" + type + "' is not supported (ByteLevel or none)");
   }

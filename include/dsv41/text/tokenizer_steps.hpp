@@ -131,6 +131,9 @@ class TokenizerSteps {
     std::vector<std::pair<int, int>> pieces, next;
     std::vector<std::pair<std::pair<int, int>, bool>> matches, merged;
     RegexScratch rx;
+    // The first refused regex search (a limit of the engine); encoding went on with the rest of
+    // that piece unsplit.
+    Status regex_error;
     BpeScratch bpe;
     std::vector<int32_t> word;
     WordCache cache;
@@ -204,6 +207,10 @@ class TokenizerSteps {
     return {start, static_cast<int>(sc.cp.size())};
   }
 
+  static void note(Scratch& sc, Status s) {
+    if (!s.ok() && sc.regex_error.ok()) detail::set_status(sc.regex_error, std::move(s));
+  }
+
   // Splits every piece by `re` and passes the parts `behavior` keeps, in order, to
   // emit(begin, end) (NormalizedString::split; empty parts are dropped).
   template <class F>
@@ -212,21 +219,21 @@ class TokenizerSteps {
       int prev = b;
       const RegexInput in{sc.cp.data(), sc.cat.data(), b, e};
       if (behavior == Behavior::Isolated) {  // every part is kept: no bookkeeping needed
-        re.for_each_match(in, sc.rx, [&](int s, int t) {
+        note(sc, re.for_each_match(in, sc.rx, [&](int s, int t) {
           if (prev != s) emit(prev, s);
           if (t != s) emit(s, t);
           prev = t;
-        });
+        }));
         if (prev != e) emit(prev, e);
         continue;
       }
       auto& m = sc.matches;
       m.clear();
-      re.for_each_match(in, sc.rx, [&](int s, int t) {
+      note(sc, re.for_each_match(in, sc.rx, [&](int s, int t) {
         if (prev != s) m.push_back({{prev, s}, false});
         m.push_back({{s, t}, true});
         prev = t;
-      });
+      }));
       if (prev != e) m.push_back({{prev, e}, false});
       if (invert)
         for (auto& x : m) x.second = !x.second;
@@ -327,12 +334,12 @@ class TokenizerSteps {
           std::string o;
           size_t prev = 0;
           const RegexInput rin{sc.cp.data(), sc.cat.data(), 0, static_cast<int>(sc.cp.size())};
-          n.re.for_each_match(rin, sc.rx, [&](int a, int b) {
+          note(sc, n.re.for_each_match(rin, sc.rx, [&](int a, int b) {
             const size_t x = byte_at(sc, 0, a);
             o.append(s, prev, x - prev);
             o += n.content;
             prev = byte_at(sc, 0, b);
-          });
+          }));
           o.append(s, prev, std::string::npos);
           s = std::move(o);
           break;
