@@ -314,3 +314,33 @@ TEST_CASE("regex: Oniguruma adds lookbehind, scripts and back references", "[reg
   REQUIRE(re.for_each_match(RegexInput{s.cp.data(), s.cat.data(), 3, 5}, sc, [&](int b, int e) { out.emplace_back(b, e); }).ok());
   CHECK(out == S{{3, 5}});
 }
+
+TEST_CASE("regex: the default engine is the own one, with Oniguruma behind it where the build has it", "[regex]") {
+  auto re = Regex::compile(kGpt2);
+  REQUIRE(re.ok());
+  CHECK(re->engine() == RegexEngine::Own);
+  CHECK(re->has_fallback() == Regex::have_oniguruma());
+  // A pattern the own engine lacks (lookbehind): Oniguruma compiles it, or the own engine's refusal stands.
+  auto lb = Regex::compile("(?<=a)b");
+  if (Regex::have_oniguruma()) {
+    REQUIRE(lb.ok());
+    CHECK(lb->engine() == RegexEngine::Oniguruma);
+    const Subject s("ab b ab");
+    RegexScratch sc;
+    std::vector<std::pair<int, int>> got;
+    REQUIRE(lb->for_each_match(s.input(), sc, [&](int b, int e) { got.emplace_back(b, e); }).ok());
+    CHECK(got == S{{1, 2}, {6, 7}});
+  } else {
+    CHECK(lb.status().code() == Code::unsupported);
+  }
+  // A search over the own engine's budget: Oniguruma finishes it (no match, no error); without it, a refusal.
+  auto amb = Regex::compile("(a|a)*b");
+  REQUIRE(amb.ok());
+  const Subject s(std::string(3000, 'a') + "c");
+  RegexScratch sc;
+  int b = 0, e = 0;
+  const bool found = amb->search(s.input(), 0, b, e, sc);
+  CHECK_FALSE(found);
+  if (Regex::have_oniguruma()) CHECK(sc.status.ok());
+  else CHECK(sc.status.code() == Code::resource_exhausted);
+}

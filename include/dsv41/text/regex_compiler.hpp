@@ -308,13 +308,35 @@ inline Result<Regex> Regex::compile(std::string_view pattern, RegexEngine engine
     if (engine == RegexEngine::Oniguruma && !have_oniguruma())
       return error(Code::unsupported, "this build has no Oniguruma (DSV41_HAVE_ONIGURUMA)");
 #if defined(DSV41_HAVE_ONIGURUMA)
-    if (engine != RegexEngine::Own) {
+    if (engine == RegexEngine::Oniguruma) {
       re.onig_find_ = &detail::onig_find;
       return detail::onig_compile(pattern, re.onig_);
     }
+    if (engine == RegexEngine::Default) {
+      // The own engine first (3-4x faster, the same ids on the tokenizer cases), Oniguruma for what it lacks
+      // (lookbehind, script properties) and for searches it refuses (over its step budget).
+      detail::RegexCompiler own(re, pattern);
+      const Status so = own.run();
+      Regex alt;
+      alt.onig_find_ = &detail::onig_find;
+      const Status sa = detail::onig_compile(pattern, alt.onig_);
+      if (so.ok()) {
+        re.own_ = true;
+        if (sa.ok()) {
+          re.onig_ = std::move(alt.onig_);
+          re.onig_find_ = alt.onig_find_;
+        }
+        return Status::Ok();
+      }
+      if (so.code() != Code::unsupported || !sa.ok()) return so;
+      re = std::move(alt);
+      return Status::Ok();
+    }
 #endif
     detail::RegexCompiler p(re, pattern);
-    return p.run();
+    const Status st = p.run();
+    re.own_ = st.ok();
+    return st;
   };
   const Status s = build();
   if (!s.ok()) return Status(s.code(), "regex '" + std::string(pattern) + "': " + s.message());

@@ -65,8 +65,8 @@ struct RegexScratch {
   detail::OnigScratch onig;
 };
 
-// Which engine runs a Regex. Default: Oniguruma where the build has it (DSV41_HAVE_ONIGURUMA),
-// else the own engine.
+// Which engine runs a Regex. Default: the own engine (faster), with Oniguruma where the build has it
+// (DSV41_HAVE_ONIGURUMA) for patterns the own engine lacks and for searches it refuses over its budget.
 enum class RegexEngine : uint8_t { Default, Own, Oniguruma };
 
 namespace detail {
@@ -86,7 +86,8 @@ class Regex {
     return false;
 #endif
   }
-  RegexEngine engine() const { return onig_ ? RegexEngine::Oniguruma : RegexEngine::Own; }
+  RegexEngine engine() const { return own_ || !onig_ ? RegexEngine::Own : RegexEngine::Oniguruma; }
+  bool has_fallback() const { return own_ && onig_ != nullptr; }  // Oniguruma behind the own engine
 
   // The own engine's budget: a search (or all searches of one for_each_match) over n code points
   // may take kStepFloor + kStepsPerCp * (n + 1) * program size steps; past that it stops with
@@ -152,7 +153,7 @@ class Regex {
   friend class detail::RegexCompiler;
 
   bool search_budgeted(const RegexInput& in, int from, int& mstart, int& mend, RegexScratch& sc) const {
-    if (onig_) return onig_find_(onig_.get(), sc.onig, in.cp, in.lo, in.hi, from, mstart, mend, sc.status) == 1;
+    if (!own_) return onig_find_(onig_.get(), sc.onig, in.cp, in.lo, in.hi, from, mstart, mend, sc.status) == 1;
     if (sc.regs.size() < static_cast<size_t>(nregs_)) sc.regs.resize(nregs_, -1);
     const uint8_t* ft = first_table_.data();
     for (int s = from; s <= in.hi; ++s) {
@@ -171,6 +172,8 @@ class Regex {
         return true;
       }
       if (e == kOverBudget) {
+        if (onig_)  // Oniguruma behind the own engine: this search (and the walk's next ones) goes there
+          return onig_find_(onig_.get(), sc.onig, in.cp, in.lo, in.hi, from, mstart, mend, sc.status) == 1;
         detail::set_status(sc.status, error(Code::resource_exhausted,
                                             "regex search refused: more than " + std::to_string(sc.step_limit) +
                                                 " backtracking steps (pattern too ambiguous for this input)"));
@@ -226,6 +229,7 @@ class Regex {
   // a pointer so that no member depends on DSV41_HAVE_ONIGURUMA: translation units built with
   // and without it can share a Regex.
   std::shared_ptr<void> onig_;
+  bool own_ = false;  // the own program is compiled (else Oniguruma runs)
   detail::OnigFind onig_find_ = nullptr;
 
   // Membership before negation.
