@@ -210,7 +210,7 @@ TEST_CASE("chat: malformed requests give invalid_argument with a clear message",
       {R"({"messages": [{"role": "developer", "content": "x"}]})", "unknown role \"developer\""},
       {R"({"messages": [{"role": "user", "content": 5}]})", "content must be"},
       {R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", "no string \"text\""},
-      {R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "a"}}]}]})",
+      {R"({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "a"}}]}]})",
        "only text parts", Code::unsupported},
       {R"({"messages": [{"role": "user", "content": "see <｜deepseek_image｜>"}]})", "image placeholder"},
       {R"({"messages": [{"role": "assistant", "reasoning_content": 3}]})", "reasoning_content must be a string"},
@@ -366,4 +366,19 @@ TEST_CASE("chat: JSON text follows Python's json.dumps", "[chat]") {
   CHECK(f(-2.0e-10) == "-2e-10");
   CHECK(chat_detail::py_json_dumps(ordered_json::parse(R"({"s": "a\"b\\c\n\u0001é", "l": [], "o": {}, "n": -7})")) ==
         "{\"s\": \"a\\\"b\\\\c\\n\\u0001é\", \"l\": [], \"o\": {}, \"n\": -7}");
+}
+
+TEST_CASE("chat_format: image parts become the image placeholder, joined with the text parts", "[chat_format]") {
+  const ChatTokens t;
+  auto r = render_prompt(nlohmann::json::parse(R"({"thinking_mode": "chat", "messages": [{"role": "user", "content": [
+      {"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "data:x"}},
+      {"type": "input_image", "image_url": "data:y"}]}]})"), t);
+  REQUIRE(r.ok());
+  CHECK(r->find(t.user + "What is this?\n\n" + t.image + "\n\n" + t.image + t.assistant) != std::string::npos);
+  // Without a placeholder token the image part is refused.
+  ChatTokens none = t;
+  none.image.clear();
+  auto n = render_prompt(nlohmann::json::parse(R"({"messages": [{"role": "user", "content": [
+      {"type": "image_url", "image_url": {"url": "data:x"}}]}]})"), none);
+  CHECK(n.status().code() == Code::unsupported);
 }

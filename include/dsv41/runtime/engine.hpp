@@ -196,9 +196,30 @@ class Engine {
         const int64_t pos = s->state->pos;
         n = std::min<int64_t>(n, (pos / session_.block + 1) * session_.block - pos);
       }
+      // Images: encoded first; a chunk never cuts a span (it ends before one, or runs through its end).
+      std::vector<ImageSpan> spans;
+      if (!s->req.images.empty()) {
+        if (Status e = encode_images(*s); !e.ok()) {
+          fail(*s, Status(e.code(), "image: " + e.message()));
+          continue;
+        }
+        const int64_t done = s->info.prompt_done;
+        for (const RequestImage& im : s->req.images) {
+          const int64_t a = im.start, b = im.start + int64_t(im.types.size());
+          if (a < done + n && done + n < b) n = a > done ? a - done : b - done;
+        }
+        const int64_t base = s->state->pos - done;  // sequence position of prompt index 0
+        for (size_t k = 0; k < s->req.images.size(); ++k) {
+          const RequestImage& im = s->req.images[k];
+          if (im.start >= done && im.start < done + n)
+            spans.push_back({base + im.start, im.types, s->image_embeds[k]});
+        }
+      }
       const bool last = n == left;
       const auto ids = std::span<const int32_t>(s->req.prompt).subspan(size_t(s->info.prompt_done), size_t(n));
-      const Status st = model_->prefill(*s->state, ids, last ? &s->logits : nullptr);
+      PrefillOptions po;
+      po.images = spans;
+      const Status st = model_->prefill(*s->state, ids, last ? &s->logits : nullptr, po);
       if (!st.ok()) {
         fail(*s, Status(st.code(), "prefill: " + st.message()));
         continue;
@@ -242,6 +263,7 @@ class Engine {
     std::optional<State> state;
     int64_t capacity = 0;
     std::vector<float> logits;
+    std::vector<std::vector<float>> image_embeds;  // per req.images entry, after encode_images
     std::vector<int32_t> lp_ids;  // the last token's top_logprobs list
     std::vector<float> lp_vals;
     int32_t next = 0;  // the last returned token, not yet run
@@ -279,6 +301,9 @@ class Engine {
     DSV41_TRY(validate(r.sampling));
     if (r.top_logprobs > kMaxTopLogprobs)
       return error(Code::invalid_argument, "request: top_logprobs must be at most " + std::to_string(kMaxTopLogprobs));
+    for (const RequestImage& im : r.images)
+      if (im.start < 0 || im.types.size() < 2 || im.start + int64_t(im.types.size()) > int64_t(r.prompt.size()))
+        return error(Code::invalid_argument, "request: an image span lies outside the prompt");
     if (!r.forced.empty() && (r.speculative || r.drafter))
       return error(Code::unsupported, "request: a forced continuation does not combine with speculative decoding");
     for (int32_t id : r.forced)
@@ -331,7 +356,28 @@ class Engine {
     }
   }
 
-  bool uses_session(const Slot& s) const { return session_.block > 0 && s.req.use_session; }
+  bool uses_session(const Slot& s) const { return session_.block > 0 && s.req.use_session && s.req.images.empty(); }
+
+  // The request's images through the vision tower, once, before its first prefill chunk.
+  Status encode_images(Slot& s) {
+    if (s.req.images.empty() || !s.image_embeds.empty()) return Status::Ok();
+    if constexpr (requires(const M& m, const ImageInput& in, VisionResult& out) { m.encode_image(in, out); }) {
+      for (const RequestImage& im : s.req.images) {
+        ImageInput in;
+        in.patches = im.patches;
+        in.n_vit_h = im.n_vit_h;
+        in.n_vit_w = im.n_vit_w;
+        in.n_llm_h = im.n_llm_h;
+        in.n_llm_w = im.n_llm_w;
+        VisionResult r;
+        DSV41_TRY(model_->encode_image(in, r));
+        s.image_embeds.push_back(std::move(r.embeds));
+      }
+      return Status::Ok();
+    } else {
+      return error(Code::unsupported, "request: this backend has no vision tower yet");
+    }
+  }
 
   // Puts the longest stored prefix of the prompt into the fresh state. A store that fails is a miss (the
   // state starts over); a store that claims an impossible prefix fails the request.

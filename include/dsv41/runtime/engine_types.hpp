@@ -22,6 +22,15 @@ struct TokenLogprobs {
 };
 inline constexpr int kMaxTopLogprobs = 20;
 
+// An image of a request's prompt (SPEC §4.10): its span at prompt index `start` (every span position carries
+// image_token_id in the prompt), the span's token types and the ViT's input (vision::ProcessedImage's fields).
+struct RequestImage {
+  int64_t start = 0;
+  std::vector<int8_t> types;
+  std::vector<uint16_t> patches;
+  int n_vit_h = 0, n_vit_w = 0, n_llm_h = 0, n_llm_w = 0;
+};
+
 struct EngineOptions {
   int step_tokens = 256;        // tokens one step runs: one per decoding request, prefill in the rest
   int max_running = 8;          // admitted requests (prefilling or decoding); must be below step_tokens
@@ -49,6 +58,9 @@ struct Request {
   // returned like generated ones (logprobs included). Not with speculative decoding (refused).
   std::vector<int32_t> forced;
   int32_t force_after = -1;
+  // Images in the prompt: encoded when the request's prefill starts, each span kept inside one prefill chunk.
+  // A request with images neither resumes from nor records into the session store (its ids do not identify it).
+  std::vector<RequestImage> images;
   int top_logprobs = -1;
   bool (*on_logprobs)(void* ctx, RequestId id, const TokenLogprobs& lp) = nullptr;
   bool release_when_done = false;  // forget the request after on_finish (poll then reports it unknown)

@@ -19,6 +19,7 @@
 #include <dsv41/runtime/engine.hpp>
 #include <dsv41/runtime/shared_engine.hpp>
 #include <dsv41/runtime/text_model.hpp>
+#include <dsv41/vision/image_processor.hpp>
 
 namespace dsv41::text {
 
@@ -44,6 +45,9 @@ struct TextRequest {
   // Forced continuation (Request::forced): after the token whose text is force_after (empty: from the first
   // token) the completion continues with forced_text's tokens (special-token text recognised).
   std::string forced_text, force_after;
+  // Images, in the order of the image placeholder tokens in the prompt (one each; the count must match): each
+  // placeholder becomes the image's span (SPEC §4.10), so the prompt's token count includes the spans.
+  std::vector<vision::ProcessedImage> images;
   int top_logprobs = -1;
   bool (*on_logprobs)(void* ctx, RequestId req, const TokenLogprobs& lp) = nullptr;
 };
@@ -81,6 +85,7 @@ class TextEngine final : public TextEngineBase {
     auto job = std::make_unique<Job>(this, std::move(r));
     Request q;
     q.prompt = tm_->tokenizer().encode(job->req.prompt, true);
+    if (Status e = expand_images(job->req.images, q); !e.ok()) return e;
     q.max_tokens = job->req.max_tokens;
     q.sampling = job->req.sampling;
     q.stop_ids = {tm_->eos_id()};
@@ -190,6 +195,38 @@ class TextEngine final : public TextEngineBase {
     r.text = std::move(ts.text);
     r.ids = std::move(job->ids);
     if (job->req.on_done) job->req.on_done(job->req.ctx, d);
+  }
+
+  // Each image placeholder id of q.prompt becomes its image's span; the images move into q.
+  Status expand_images(std::vector<vision::ProcessedImage>& images, Request& q) const {
+    const int32_t image_id = tm_->model().shape().image_token_id;
+    size_t found = 0;
+    for (int32_t t : q.prompt) found += image_id >= 0 && t == image_id;
+    if (found != images.size())
+      return error(Code::invalid_argument, "the prompt holds " + std::to_string(found) + " image placeholders for " +
+                                               std::to_string(images.size()) + " images");
+    if (images.empty()) return Status::Ok();
+    std::vector<int32_t> ids;
+    size_t k = 0;
+    for (int32_t t : q.prompt) {
+      if (t != image_id) {
+        ids.push_back(t);
+        continue;
+      }
+      vision::ProcessedImage& im = images[k++];
+      RequestImage r;
+      r.start = int64_t(ids.size());
+      r.types = im.span_types();
+      r.patches = std::move(im.patches);
+      r.n_vit_h = im.n_vit_h;
+      r.n_vit_w = im.n_vit_w;
+      r.n_llm_h = im.n_llm_h;
+      r.n_llm_w = im.n_llm_w;
+      ids.insert(ids.end(), r.types.size(), image_id);
+      q.images.push_back(std::move(r));
+    }
+    q.prompt = std::move(ids);
+    return Status::Ok();
   }
 
   const TextModel<M>* tm_;

@@ -78,11 +78,22 @@ inline Status check_no_image_token(std::string_view s, const std::string& what, 
   return Status::Ok();
 }
 
-// Text parts of a content field: string -> {s}; null/absent -> {""}; array of text parts -> each.
+// Whether a content part is an image (OpenAI image_url, Responses input_image, Anthropic image).
+template <class J>
+bool is_image_part(const J& p) {
+  auto ty = p.find("type");
+  if (ty == p.end() || !ty->is_string()) return false;
+  const std::string type = ty->template get<std::string>();
+  return type == "image_url" || type == "input_image" || type == "image";
+}
+
+// Text parts of a content field: string -> {s}; null/absent -> {""}; array of text parts -> each. An image part
+// becomes the image placeholder (as the reference's encoder does); the host supplies the images in that order.
 template <class J>
 Result<std::vector<std::string>> content_parts(const J& m, const char* key, const std::string& what,
                                                const ChatTokens& t) {
   std::vector<std::string> parts;
+  std::vector<size_t> image_parts;  // indices of parts that are image placeholders
   auto it = m.find(key);
   if (it == m.end() || it->is_null()) {
     parts.emplace_back();
@@ -97,6 +108,12 @@ Result<std::vector<std::string>> content_parts(const J& m, const char* key, cons
       if (ty == p.end() || !ty->is_string())
         return error(Code::invalid_argument, pw + " has no string \"type\"");
       const std::string type = ty->template get<std::string>();
+      if (is_image_part(p)) {
+        if (t.image.empty()) return error(Code::unsupported, pw + " is an image; this tokenizer has no image placeholder");
+        parts.push_back(t.image);
+        image_parts.push_back(parts.size() - 1);
+        continue;
+      }
       if (type != "text")
         return error(Code::unsupported, pw + " has type \"" + type + "\"; only text parts are supported");
       auto tx = p.find("text");
@@ -107,7 +124,9 @@ Result<std::vector<std::string>> content_parts(const J& m, const char* key, cons
   } else {
     return error(Code::invalid_argument, what + "." + key + " must be a string, null or an array of text parts");
   }
-  for (const auto& p : parts) DSV41_TRY(check_no_image_token(p, what + "." + key, t));
+  for (size_t k = 0; k < parts.size(); ++k)
+    if (std::find(image_parts.begin(), image_parts.end(), k) == image_parts.end())
+      DSV41_TRY(check_no_image_token(parts[k], what + "." + key, t));
   return parts;
 }
 
