@@ -98,3 +98,12 @@ if(Python3_FOUND AND EXISTS ${BUNDLED}/config.json)
   set_tests_properties(server_e2e_concurrency_bundled_model PROPERTIES TIMEOUT 300)
   dsv41_cli_test_env(server_e2e_concurrency_bundled_model)
 endif()
+
+# Images through the server (issue 17): the span in the prompt tokens, the image changing the output, bad images.
+if(Python3_FOUND AND TARGET dsv41_images)
+  add_test(NAME server_e2e_images_vision_tiny
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_server_vision.py
+                   $<TARGET_FILE:dsv41_cli> ${DSV41_FIXTURES}/vision-tiny ${TINY_TOK} ${DSV41_FIXTURES}/vision-tiny/image.png)
+  set_tests_properties(server_e2e_images_vision_tiny PROPERTIES TIMEOUT 300)
+  dsv41_cli_test_env(server_e2e_images_vision_tiny)
+endif()

@@ -34,6 +34,8 @@
 #include <dsv41/core/utf8.hpp>
 #include <dsv41/runtime/generation_config.hpp>
 #include <dsv41/text/tool_call_stream.hpp>
+#include <dsv41/vision/image_decode.hpp>
+#include <dsv41/vision/image_processor.hpp>
 
 #include "commands.hpp"
 #include "server_request.hpp"
@@ -62,6 +64,10 @@ struct ServeOpts {
   int64_t max_body_bytes = 8 << 20;
   int64_t max_messages = 2048;
   int max_json_depth = 64;
+  int max_images = 8;
+  int64_t max_image_bytes = 16 << 20;     // one encoded image
+  int64_t max_image_pixels = 25'000'000;  // one decoded image
+  std::string image_dir;                  // local image files allowed under it (empty: data URLs only)
   int64_t max_queue_bytes = 4 << 20;  // unread output of one request before it is cancelled
 };
 
@@ -277,7 +283,66 @@ struct Server {
     l.max_tokens_cap = opt.max_tokens_cap;
     l.max_messages = opt.max_messages;
     l.max_json_depth = opt.max_json_depth;
+    l.max_images = opt.max_images;
     return l;
+  }
+
+  // An image part's bytes: a base64 data URL, or a local file under --image-dir; nothing is fetched.
+  std::vector<uint8_t> image_bytes(const std::string& url) const {
+    const auto limit = size_t(opt.max_image_bytes);
+    if (url.rfind("data:", 0) == 0) {
+      const size_t comma = url.find(',');
+      if (comma == std::string::npos || url.substr(0, comma).find(";base64") == std::string::npos)
+        throw BadRequest{400, "image data URLs must be base64 (data:image/...;base64,...)", "invalid_image"};
+      if ((url.size() - comma) / 4 * 3 > limit + 3)
+        throw BadRequest{400, "image larger than " + std::to_string(limit) + " bytes", "image_too_large"};
+      auto b = base64_decode(std::string_view(url).substr(comma + 1));
+      if (!b) throw BadRequest{400, "image data URL is not valid base64", "invalid_image"};
+      return std::move(*b);
+    }
+    if (url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0)
+      throw BadRequest{400, "image URLs are not fetched; send a base64 data URL", "invalid_image"};
+    if (opt.image_dir.empty())
+      throw BadRequest{400, "local image files are off (serve --image-dir DIR allows files under DIR)", "invalid_image"};
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const std::string path = url.rfind("file://", 0) == 0 ? url.substr(7) : url;
+    const fs::path root = fs::weakly_canonical(opt.image_dir, ec);
+    const fs::path file = fs::weakly_canonical(fs::path(opt.image_dir) / path, ec);
+    const auto rel = file.lexically_relative(root);
+    if (ec || rel.empty() || *rel.begin() == ".." || !fs::is_regular_file(file, ec))
+      throw BadRequest{400, "image file not found under --image-dir: " + path, "invalid_image"};
+    const auto size = fs::file_size(file, ec);
+    if (ec || size > limit) throw BadRequest{400, "image file larger than " + std::to_string(limit) + " bytes", "image_too_large"};
+    std::vector<uint8_t> b(static_cast<size_t>(size));
+    std::FILE* f = std::fopen(file.c_str(), "rb");
+    if (!f) throw BadRequest{400, "image file unreadable: " + path, "invalid_image"};
+    const size_t got = size ? std::fread(b.data(), 1, b.size(), f) : 0;
+    std::fclose(f);
+    if (got != b.size()) throw BadRequest{400, "image file unreadable: " + path, "invalid_image"};
+    return b;
+  }
+
+  // The request's images, decoded and made into the ViT's patches (vision/image_processor.hpp).
+  std::vector<vision::ProcessedImage> images_of(const ojson& messages) const {
+    const std::vector<std::string> urls = image_urls(messages, limits());
+    std::vector<vision::ProcessedImage> out;
+    if (urls.empty()) return out;
+    const ModelShape& sh = loaded->shape();
+    if (!sh.has_vision || sh.vision.num_hidden_layers <= 0)
+      throw BadRequest{400, "this model takes no images (no vision tower)", "unsupported_field"};
+    vision::ImageLimits il;
+    il.max_encoded_bytes = size_t(opt.max_image_bytes);
+    il.max_pixels = opt.max_image_pixels;
+    for (size_t k = 0; k < urls.size(); ++k) {
+      const std::vector<uint8_t> bytes = image_bytes(urls[k]);
+      auto img = vision::decode_image(bytes, il);
+      if (!img.ok()) throw BadRequest{400, "image " + std::to_string(k) + ": " + img.status().message(), "invalid_image"};
+      auto p = vision::process_image(*img, vision::ImageProcessorConfig::from(sh.vision));
+      if (!p.ok()) throw BadRequest{400, "image " + std::to_string(k) + ": " + p.status().message(), "invalid_image"};
+      out.push_back(std::move(p).value());
+    }
+    return out;
   }
 
   static BadRequest from_status(const Status& s) {
@@ -502,6 +567,7 @@ struct Server {
   void chat(const httplib::Request& req, httplib::Response& res) {
     if (!check_ready(res)) return;
     const ChatPlan plan = plan_chat(parse_body(req.body, limits()), limits(), gen);
+    std::vector<vision::ProcessedImage> images = images_of(plan.render["messages"]);
     const std::optional<std::string>& session = plan.session;
     auto prompt = loaded->render(plan.render);
     if (!prompt.ok()) throw from_status(prompt.status());
@@ -540,6 +606,7 @@ struct Server {
                  r.prompt_tokens);
     };
     text::TextRequest treq = request_of(*prompt, o, true, top_lp);
+    treq.images = std::move(images);
     treq.forced_text = forced_call_text(plan, loaded->chat_tokens());
     if (!treq.forced_text.empty() && thinking) treq.force_after = loaded->chat_tokens().think_close;
     std::shared_ptr<Job> job = submit(std::move(treq));
@@ -958,6 +1025,10 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--max-body-bytes", o->max_body_bytes, "largest request body (413 beyond)");
   sub->add_option("--max-messages", o->max_messages, "most messages in a chat request (400 beyond)");
   sub->add_option("--max-json-depth", o->max_json_depth, "deepest nesting of a request body's JSON (400 beyond)")->check(CLI::Range(2, 1000));
+  sub->add_option("--max-images", o->max_images, "most images in a chat request (400 beyond)");
+  sub->add_option("--max-image-bytes", o->max_image_bytes, "largest encoded image (400 beyond)");
+  sub->add_option("--max-image-pixels", o->max_image_pixels, "largest decoded image, width x height (400 beyond)");
+  sub->add_option("--image-dir", o->image_dir, "allow image parts naming local files under this directory");
   sub->add_option("--max-queue-bytes", o->max_queue_bytes, "unread output of a request before it is cancelled");
   add_session_options(sub, o->sessions);
   return {sub, run_serve, o};

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -32,7 +33,9 @@ struct RequestLimits {
   int max_tools = 128;
   int max_stop = 16;           // stop strings, each at most max_stop_bytes
   size_t max_stop_bytes = 1024;
+  int max_images = 8;          // image parts per request
 };
+
 
 // The deepest nesting of arrays and objects in a JSON text (strings skipped), without parsing it.
 inline int json_depth(std::string_view s) {
@@ -312,6 +315,72 @@ inline CompletionPlan plan_completion(const ojson& j, const RequestLimits& lim, 
   if (p.top_logprobs >= 0 && p.options.speculative)
     throw BadRequest{400, "logprobs are not reported with speculative decoding", "unsupported_field"};
   return p;
+}
+
+// The image sources of a chat request's messages, in prompt order (the renderer puts one image placeholder per
+// image part): OpenAI {"type": "image_url", "image_url": {"url": U}} or "image_url": U, Responses
+// {"type": "input_image", "image_url": U}, Anthropic {"type": "image", "source": {"type": "base64",
+// "media_type": M, "data": D}} (as a data URL).
+inline std::vector<std::string> image_urls(const ojson& messages, const RequestLimits& lim) {
+  std::vector<std::string> urls;
+  if (!messages.is_array()) return urls;
+  for (const auto& m : messages) {
+    if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
+    for (const auto& p : m["content"]) {
+      if (!p.is_object() || !p.contains("type") || !p["type"].is_string()) continue;
+      const std::string type = p["type"].get<std::string>();
+      std::string url;
+      if (type == "image_url" || type == "input_image") {
+        const ojson* u = field(p, "image_url");
+        if (u && u->is_string()) url = u->get<std::string>();
+        else if (u && u->is_object() && u->contains("url") && (*u)["url"].is_string()) url = (*u)["url"].get<std::string>();
+        else throw BadRequest{400, type + " part without an image_url string or {\"url\": ...}", ""};
+      } else if (type == "image") {
+        const ojson* src = field(p, "source");
+        if (!src || !src->is_object() || !src->contains("data") || !(*src)["data"].is_string())
+          throw BadRequest{400, "image part without source.data", ""};
+        const std::string mt = src->contains("media_type") && (*src)["media_type"].is_string()
+                                   ? (*src)["media_type"].get<std::string>() : "image/png";
+        url = "data:" + mt + ";base64," + (*src)["data"].get<std::string>();
+      } else {
+        continue;
+      }
+      if (url.empty()) throw BadRequest{400, "an image part has an empty URL", ""};
+      urls.push_back(std::move(url));
+      if (int(urls.size()) > lim.max_images)
+        throw BadRequest{400, "at most " + std::to_string(lim.max_images) + " images per request", "too_many_images"};
+    }
+  }
+  return urls;
+}
+
+// Standard base64 (RFC 4648, padding optional, whitespace skipped); nullopt on any other character.
+inline std::optional<std::vector<uint8_t>> base64_decode(std::string_view s) {
+  std::vector<uint8_t> out;
+  out.reserve(s.size() / 4 * 3);
+  uint32_t acc = 0;
+  int bits = 0;
+  size_t pad = 0;
+  for (char c : s) {
+    int v;
+    if (c >= 'A' && c <= 'Z') v = c - 'A';
+    else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
+    else if (c >= '0' && c <= '9') v = c - '0' + 52;
+    else if (c == '+') v = 62;
+    else if (c == '/') v = 63;
+    else if (c == '=') { ++pad; continue; }
+    else if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
+    else return std::nullopt;
+    if (pad) return std::nullopt;  // data after padding
+    acc = (acc << 6) | uint32_t(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(uint8_t(acc >> bits));
+    }
+  }
+  if (pad > 2) return std::nullopt;
+  return out;
 }
 
 }  // namespace dsv41::cli
