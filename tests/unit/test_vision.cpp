@@ -282,6 +282,9 @@ TEST_CASE("vision-tiny golden check: units, top-k, head, Engram and the vision a
   CHECK(rep->vision_embeds.pass);
   CHECK(rep->merged_embeds.max <= 1e-3);
   CHECK(rep->dspark.median <= 1e-3);
+  // With image decoding the patches are the processor's of image.png, judged exact against the golden's.
+  CHECK(rep->patches_from_image == vision::image_decode_available());
+  if (rep->patches_from_image) CHECK(rep->patch_mismatches == 0);
 }
 
 // The whole contract, DSpark included: today 5 of the 24 draft steps differ from the golden (21.7% of rows above
