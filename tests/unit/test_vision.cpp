@@ -197,11 +197,21 @@ TEST_CASE("vision-tiny: prefill with an image equals one forward; chunks keep th
   PrefillOptions po;
   po.images = one;
   po.chunk = 20;  // the span [6, 16) lies in the first chunk
+  EmbedTap tap;     // PrefillOptions::hooks reach every chunk's forward
+  ForwardHooks hooks;
+  hooks.ctx = &tap;
+  hooks.unit_input = EmbedTap::on_input;
+  po.hooks = &hooks;
   SequenceState b = m.new_sequence(g.T);
   std::vector<float> lb;
   REQUIRE(m.prefill(b, ids, &lb, po).ok());
   REQUIRE(lb.size() == fa.logits.size());
   CHECK(max_row_rel(lb, fa.logits, lb.size()) <= 1e-6);
+  REQUIRE(tap.H.size() == size_t(g.P) * 512);
+  const std::vector<float> want(g.h0.begin() + std::ptrdiff_t(size_t(g.grid[0]) * g.T * 512),
+                                g.h0.begin() + std::ptrdiff_t((size_t(g.grid[0]) * g.T + g.P) * 512));
+  CHECK(max_row_rel(tap.H, want, 512) <= 1e-3);
+  po.hooks = nullptr;
   // Without the image the same ids give other logits (the span rows are not token embeddings).
   SequenceState c = m.new_sequence(g.T);
   std::vector<float> lc;
