@@ -249,7 +249,7 @@ inline std::string Report::summary() const {
 namespace detail {
 
 // image.png beside the golden file through the image processor (vision/image_processor.hpp); unsupported
-// where the build does not decode images, not_found where there is no such file.
+// where the build does not decode images, io_error where the file cannot be opened.
 inline Result<vision::ProcessedImage> fixture_image(const ModelShape& s, const std::string& golden_path) {
   if (!vision::image_decode_available()) return error(Code::unsupported, "built without image decoding");
   const size_t slash = golden_path.find_last_of('/');
