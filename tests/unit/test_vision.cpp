@@ -197,11 +197,21 @@ TEST_CASE("vision-tiny: prefill with an image equals one forward; chunks keep th
   PrefillOptions po;
   po.images = one;
   po.chunk = 20;  // the span [6, 16) lies in the first chunk
+  EmbedTap tap;     // PrefillOptions::hooks reach every chunk's forward
+  ForwardHooks hooks;
+  hooks.ctx = &tap;
+  hooks.unit_input = EmbedTap::on_input;
+  po.hooks = &hooks;
   SequenceState b = m.new_sequence(g.T);
   std::vector<float> lb;
   REQUIRE(m.prefill(b, ids, &lb, po).ok());
   REQUIRE(lb.size() == fa.logits.size());
   CHECK(max_row_rel(lb, fa.logits, lb.size()) <= 1e-6);
+  REQUIRE(tap.H.size() == size_t(g.P) * 512);
+  const std::vector<float> want(g.h0.begin() + std::ptrdiff_t(size_t(g.grid[0]) * g.T * 512),
+                                g.h0.begin() + std::ptrdiff_t((size_t(g.grid[0]) * g.T + g.P) * 512));
+  CHECK(max_row_rel(tap.H, want, 512) <= 1e-3);
+  po.hooks = nullptr;
   // Without the image the same ids give other logits (the span rows are not token embeddings).
   SequenceState c = m.new_sequence(g.T);
   std::vector<float> lc;
@@ -282,6 +292,9 @@ TEST_CASE("vision-tiny golden check: units, top-k, head, Engram and the vision a
   CHECK(rep->vision_embeds.pass);
   CHECK(rep->merged_embeds.max <= 1e-3);
   CHECK(rep->dspark.median <= 1e-3);
+  // With image decoding the patches are the processor's of image.png, judged exact against the golden's.
+  CHECK(rep->patches_from_image == vision::image_decode_available());
+  if (rep->patches_from_image) CHECK(rep->patch_mismatches == 0);
 }
 
 // The whole contract, DSpark included: today 5 of the 24 draft steps differ from the golden (21.7% of rows above

@@ -19,7 +19,7 @@ build_tool() {
     echo "$name: reusing $B/$name (stamp $stamp)"
   else
     t0=$(date +%s)
-    $NVCC $NVFLAGS "$src" $LIB -o "$B/$name"
+    $NVCC $NVFLAGS "$src" $LIB -lcublasLt -o "$B/$name"
     echo "$stamp" > "$B/$name.stamp"
     echo "$name: built in $(( $(date +%s) - t0 )) s"
   fi

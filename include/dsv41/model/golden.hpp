@@ -6,12 +6,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <dsv41/io/safetensors.hpp>
 #include <dsv41/model/model.hpp>
+#include <dsv41/vision/image_decode.hpp>
+#include <dsv41/vision/image_processor.hpp>
 
 namespace dsv41::golden {
 
@@ -29,8 +33,12 @@ struct Report {
   Stat head, dspark, dspark_conf, free_run;
   Stat dspark_free;              // drafts without stage inputs substituted (when stage inputs are given; reported)
   // With an image (golden image_grid): the ViT's output, the aligner's rows (judged), the free run's merged
-  // embeddings against h.0 (reported); image_patches are the golden's (the processor is not run here).
+  // embeddings against h.0 (reported). Where the build decodes images (DSV41_HAVE_IMAGE_DECODE) and image.png
+  // lies beside the golden file, the patches are the processor's, judged exact (patch_mismatches: values that
+  // differ, every one where the grid differs); else the golden's (patch_mismatches −1).
   bool has_image = false;
+  bool patches_from_image = false;
+  int64_t patch_mismatches = -1;
   Stat vision_tower, vision_embeds, merged_embeds;
   int64_t engram_mismatches = 0, engram_total = 0;
   bool has_nan = false;
@@ -219,7 +227,9 @@ inline std::string Report::summary() const {
   else o += "DSpark stages (outputs on golden inputs; the drafts' head on the golden last stage):\n";
   for (const auto& s : stages) line(s);
   if (has_image) {
-    o += "vision (image_patches from the golden):\n";
+    if (!patches_from_image) o += "vision (image_patches from the golden):\n";
+    else if (patch_mismatches == 0) o += "vision (image_patches from image.png: exact  ok):\n";
+    else o += "vision (image_patches from image.png: " + std::to_string(patch_mismatches) + " values differ  FAIL):\n";
     line(vision_tower);
     line(vision_embeds);
     line(merged_embeds);
@@ -237,6 +247,21 @@ inline std::string Report::summary() const {
 }
 
 namespace detail {
+
+// image.png beside the golden file through the image processor (vision/image_processor.hpp); unsupported
+// where the build does not decode images, io_error where the file cannot be opened.
+inline Result<vision::ProcessedImage> fixture_image(const ModelShape& s, const std::string& golden_path) {
+  if (!vision::image_decode_available()) return error(Code::unsupported, "built without image decoding");
+  const size_t slash = golden_path.find_last_of('/');
+  const std::string path = (slash == std::string::npos ? std::string(".") : golden_path.substr(0, slash)) + "/image.png";
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return error(Code::io_error, path + ": not found");
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto img = vision::decode_image(bytes);
+  if (!img.ok()) return img.status();
+  return vision::process_image(*img, vision::ImageProcessorConfig::from(s.vision));
+}
+
 template <class T>
 st::TensorToWrite tensor(const std::string& name, st::DType dt, std::vector<int64_t> shape, const std::vector<T>& v) {
   st::TensorToWrite t;
@@ -311,6 +336,7 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
   std::vector<int8_t> span_types;
   ImageSpan span;
   int img_b = -1;
+  std::vector<uint16_t> own_patches;  // from image.png (fixture_image), when decoded
   const st::TensorView* patches_t = gfile->find("image_patches");
   if (gi.count("image_grid") && gi["image_grid"].size() == 6 && patches_t && patches_t->dtype == st::DType::BF16) {
     const auto& g = gi["image_grid"];
@@ -321,6 +347,18 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
     in.n_llm_h = g[4];
     in.n_llm_w = g[5];
     rep.has_image = true;
+    auto own = detail::fixture_image(s, golden_path);
+    if (own.ok()) {  // the processor's patches, judged against the golden's
+      rep.patches_from_image = true;
+      own_patches = std::move(own->patches);
+      const bool same_grid = own->n_vit_h == in.n_vit_h && own->n_vit_w == in.n_vit_w && own->n_llm_h == in.n_llm_h &&
+                             own->n_llm_w == in.n_llm_w && own_patches.size() == in.patches.size();
+      rep.patch_mismatches = same_grid ? 0 : int64_t(in.patches.size());
+      for (size_t i = 0; same_grid && i < own_patches.size(); ++i) rep.patch_mismatches += own_patches[i] != in.patches[i];
+      if (same_grid) in.patches = own_patches;
+    } else if (own.status().code() != Code::unsupported && own.status().code() != Code::io_error) {
+      return error(own.status().code(), "image.png: " + own.status().message());
+    }
     if constexpr (requires { model.encode_image(in, vis); }) {
       DSV41_TRY(model.encode_image(in, vis));
       const auto& tt = gi["token_types"];
@@ -484,7 +522,7 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
   for (const auto& u : rep.units) rep.pass = rep.pass && u.pass;
   for (const auto& t : rep.topk) rep.pass = rep.pass && t.pass;
   for (const auto& t : rep.stages) rep.pass = rep.pass && t.pass;
-  if (rep.has_image) rep.pass = rep.pass && rep.vision_tower.pass && rep.vision_embeds.pass;
+  if (rep.has_image) rep.pass = rep.pass && rep.vision_tower.pass && rep.vision_embeds.pass && rep.patch_mismatches <= 0;
 
   if (dump) {
     using st::DType;
@@ -506,7 +544,10 @@ Result<Report> run(const M& model, const std::string& golden_path, std::vector<s
     if (rep.has_image) {
       const auto& g = gi["image_grid"];
       const int64_t np = int64_t(g[2]) * g[3], ps = s.vision.patch_size;
-      dump->push_back(detail::tensor("image_patches", DType::BF16, {np, 3, ps, ps}, gf["image_patches"]));
+      std::vector<float> px = gf["image_patches"];
+      if (rep.patches_from_image && own_patches.size() == px.size())
+        for (size_t i = 0; i < px.size(); ++i) px[i] = num::bf16_to_f32(own_patches[i]);
+      dump->push_back(detail::tensor("image_patches", DType::BF16, {np, 3, ps, ps}, px));
       dump->push_back(detail::tensor("vision_tower", DType::BF16, {np, s.vision.hidden_size}, vis.tower));
       dump->push_back(detail::tensor("vision_embeds", DType::BF16, {int64_t(g[4]) * g[5], d}, vis.embeds));
     }

@@ -41,6 +41,8 @@ struct PrefillOptions {
   void* ctx = nullptr;
   // SPEC §4.10 image spans of the prompt (sequence positions; each must lie inside one chunk).
   std::span<const ImageSpan> images;
+  // Hooks of every chunk's forward (a debug path: layer-by-layer checks; the GPU synchronizes at each).
+  const ForwardHooks* hooks = nullptr;
 };
 
 // One sequence's token in a decode step (Model::decode of either backend).
@@ -128,6 +130,7 @@ class Model {
       const size_t n = std::min(chunk, ids.size() - i);
       ForwardOptions fo;
       fo.bounded_replay = opt.bounded_replay;
+      fo.hooks = opt.hooks;
       spans.clear();
       for (const ImageSpan& sp : opt.images)
         if (sp.start >= p0 + int64_t(i) && sp.start < p0 + int64_t(i + n)) spans.push_back(sp);

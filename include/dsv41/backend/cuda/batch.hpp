@@ -9,6 +9,7 @@
 #include <dsv41/backend/cuda/kernels/common.cuh>
 #include <dsv41/backend/cuda/sequence.hpp>
 #include <dsv41/blocks/hooks.hpp>
+#include <dsv41/blocks/vision.hpp>
 
 namespace dsv41::gpu {
 
@@ -60,6 +61,7 @@ struct Batch {
   const ForwardHooks* hooks = nullptr;
   float* logits = nullptr;                    // device [rows, V] out, or null
   bool all_logits = false;
+  std::span<const ImageSpan> images;          // image spans among the rows (checked), merged by embed
 
   int rows() const { return now; }
   int64_t first_position() const { return segs[0].p0; }

@@ -15,12 +15,14 @@
 
 #include <dsv41/backend/cuda/batch.hpp>
 #include <dsv41/backend/cuda/dspark_ops.hpp>
+#include <dsv41/backend/cuda/image_ops.hpp>
 #include <dsv41/backend/cuda/kernel_sizes.hpp>
 #include <dsv41/backend/cuda/kernels/shape_support.hpp>
 #include <dsv41/backend/cuda/snapshot.hpp>
 #include <dsv41/backend/cuda/upload.hpp>
 #include <dsv41/blocks/backend_ops.hpp>
 #include <dsv41/blocks/forward_types.hpp>
+#include <dsv41/blocks/vision.hpp>
 #include <dsv41/blocks/weights.hpp>
 #include <dsv41/config/dims.hpp>
 #include <dsv41/config/presets.hpp>
@@ -56,6 +58,7 @@ class Ops : public DsparkOps {
     Uploader up(stream);
     WeightUpload wu(f->wmem_, up);
     DSV41_TRY(wu.all(f->s_, f->sched_, hw, f->w_.embed, f->w_.head, f->w_.norm, f->layers_));
+    DSV41_TRY(upload_vision(f->s_, hw.vision, up, f->vision_));
     DSV41_TRY(up.finish());
     return Result<std::unique_ptr<Ops>>(std::move(f));
   }
@@ -176,11 +179,65 @@ class Ops : public DsparkOps {
 
   // ---- the stack's steps ----
 
+  // Embeddings of the ids on the hc streams; image span rows take the image_* vectors and the aligner rows
+  // (SPEC §4.10, cpu::merge_image_spans), one launch over the spans' rows.
   Status embed(Batch& b) const {
     mark("embed");
     glue::embed_kernel<<<b.S, 128, 0, stream_>>>(w_.embed.bf16(), b.in.ids, s_.hc_mult, s_.hidden_size, b.H, b.pre);
-    return launch_status("embed");
+    DSV41_TRY(launch_status("embed"));
+    if (b.images.empty()) return Status::Ok();
+    const SpanTable t = span_table(s_, b.images, b.segs[0].p0);
+    uint8_t* dev = nullptr;
+    DSV41_TRY(b.fs.get(dev, t.bytes.size()));
+    DSV41_TRY(put_bytes(t.bytes.data(), t.bytes.size(), dev));
+    vision_detail::span_rows_kernel<<<unsigned(t.R), 128, 0, stream_>>>(
+        reinterpret_cast<const int32_t*>(dev), reinterpret_cast<const int32_t*>(dev + t.src_off),
+        reinterpret_cast<const bf16_t*>(dev + t.embeds_off), vision_.vecs, s_.hc_mult, s_.hidden_size, b.H);
+    return launch_status("image spans");
   }
+
+  // The image spans of the batch's rows (blocks::forward checked them with check_image_spans).
+  Status set_images(Batch& b, std::span<const ImageSpan> spans) const {
+    if (!spans.empty() && !vision_.loaded) return error(Code::unsupported, "forward: this model has no vision weights");
+    if (!spans.empty() && b.begun.size() != 1) return error(Code::invalid_argument, "forward: images in one sequence");
+    b.images = spans;
+    return Status::Ok();
+  }
+
+  // ---- vision (SPEC §4.10; blocks/vision.hpp): gpu::vision's ops on the model's stream ----
+
+  Result<VisionWork> vision_work(const ImageInput& in) const { return vision_work_for(vision_, in); }
+  Status patch_embed(VisionWork& w, const ImageInput& in) const {
+    DSV41_CUDA_TRY(cudaMemcpyAsync(w.patches, in.patches.data(), in.patches.size() * 2, cudaMemcpyHostToDevice, stream_),
+                   "vision patches");
+    return vision::patch_embed(*w.ws, vision_.w, w.patches, w.n, w.ws->x, stream_);
+  }
+  Status vision_norm(int l, int k, VisionWork& w) const {
+    const vision::Block& B = vision_.w.blocks[size_t(l)];
+    return vision::norm(vision_.w.dims, k == 1 ? B.norm1 : B.norm2, w.ws->x, w.n, w.ws->h, stream_);
+  }
+  Status vision_qkv(int l, VisionWork& w) const {
+    return vision::qkv(*w.ws, vision_.w.dims, vision_.w.blocks[size_t(l)], w.ws->h, w.n, w.ws->qkv, stream_);
+  }
+  Status vision_rope2d(VisionWork& w) const { return vision::rope2d(vision_.w.dims, w.ws->qkv, w.nh, w.nw, stream_); }
+  // P·V with P as a BF16 hi/lo pair (vision::AttnOpts' default): the reference's FP32 probabilities.
+  Status vision_attention(VisionWork& w) const {
+    return vision::attention(vision_.w.dims, w.ws->qkv, w.n, w.ws->att, stream_);
+  }
+  Status vision_wo(int l, VisionWork& w) const {
+    return vision::wo(*w.ws, vision_.w.dims, vision_.w.blocks[size_t(l)], w.ws->att, w.n, w.ws->x, stream_);
+  }
+  Status vision_mlp(int l, VisionWork& w) const {
+    return vision::mlp(*w.ws, vision_.w.dims, vision_.w.blocks[size_t(l)], w.ws->h, w.n, w.ws->x, stream_);
+  }
+  Status vision_final_norm(VisionWork& w) const { return vision::final_norm(vision_.w, w.ws->x, w.n, w.tower, stream_); }
+  Status vision_merge(VisionWork& w) const {
+    return vision::merge(vision_.w.dims, w.tower, w.nh, w.nw, w.ws->cells, stream_);
+  }
+  Status vision_aligner(VisionWork& w) const {
+    return vision::aligner(*w.ws, vision_.w, w.ws->cells, w.cells, w.embeds, stream_);
+  }
+  Status vision_read(VisionWork& w, VisionResult& out) const { return read_vision(vision_, w, stream_, out); }
 
   // Keeps the last rows from off on (SPEC §5 decoder bounded replay; one sequence).
   Status keep_tail(Batch& b, int off) const {
@@ -297,6 +354,8 @@ class Ops : public DsparkOps {
   }();
 
   Ops(const ModelShape& s, engram::Setup eg, cudaStream_t stream) : DsparkOps(s, std::move(eg), stream) {}
+
+  VisionModel vision_;  // SPEC §4.10 the vision tower, aligner and image_* vectors (empty without vision)
 
   // The batch's inputs on the device, its residual streams and taps.
   Status start(Batch& b, std::span<const int32_t> ids, std::span<const std::span<const int32_t>> histories,

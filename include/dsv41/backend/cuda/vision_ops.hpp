@@ -50,6 +50,7 @@ inline Dims dims_from(const ModelShape& s) {
   v.patch = s.vision.patch_size ? s.vision.patch_size : 14;
   v.ratio = s.vision.downsample_ratio ? s.vision.downsample_ratio : 3;
   v.out_dim = s.hidden_size;
+  v.theta = float(s.vision.rope_theta);
   return v;
 }
 

@@ -272,5 +272,20 @@ __global__ void gelu_kernel(bf16_t* __restrict__ x, int64_t n) {
   x[i] = __float2bfloat16_rn(__fmul_rn(__fmul_rn(0.5f, v), __fadd_rn(1.f, erff(__fmul_rn(v, 0.70710678118654752f)))));
 }
 
+// Image span rows of a forward's streams H [S, hc, d]: entry j writes row rows[j] of every stream with
+// src[j] ≥ 0: embeds row src[j]; −1, −2, −3: vecs row 0, 1, 2 (image_start, image_newline, image_end).
+template <int = 0>
+__global__ void span_rows_kernel(const int32_t* __restrict__ rows, const int32_t* __restrict__ src,
+                                 const bf16_t* __restrict__ embeds, const bf16_t* __restrict__ vecs, int hc, int d,
+                                 bf16_t* __restrict__ H) {
+  const int j = blockIdx.x, s = src[j];
+  const bf16_t* from = s >= 0 ? embeds + int64_t(s) * d : vecs + int64_t(-1 - s) * d;
+  bf16_t* to = H + int64_t(rows[j]) * hc * d;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    const bf16_t v = from[i];
+    for (int k = 0; k < hc; ++k) to[int64_t(k) * d + i] = v;
+  }
+}
+
 }  // namespace vision_detail
 }  // namespace dsv41::gpu
