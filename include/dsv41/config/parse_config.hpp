@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <dsv41/config/model_shape.hpp>
+#include <dsv41/core/read_file.hpp>
 #include <dsv41/core/status.hpp>
 
 namespace dsv41 {
@@ -305,11 +306,9 @@ inline Result<ModelShape> parse_config(const nlohmann::json& j, const std::strin
 }
 
 inline Result<ModelShape> load_config(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return error(Code::io_error, path + ": cannot open");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  auto text = read_small_file(path, uintmax_t(4) << 20);  // released configs are a few KB
+  if (!text.ok()) return text.status();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return error(Code::format_error, path + ": not valid JSON");
   return parse_config(j, path);
 }

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <dsv41/core/read_file.hpp>
 #include <dsv41/core/status.hpp>
 #include <dsv41/runtime/sampler.hpp>
 
@@ -58,13 +59,9 @@ inline Result<GenerationDefaults> load_generation_defaults(const std::string& mo
   const std::string path = model_dir + "/generation_config.json";
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return GenerationDefaults{};
-  if (std::filesystem::file_size(path, ec) > (1u << 20) || ec)
-    return error(Code::format_error, path + ": larger than 1 MiB or unreadable");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return error(Code::io_error, path + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return parse_generation_config(ss.str(), path);
+  auto text = read_small_file(path, uintmax_t(1) << 20);
+  if (!text.ok()) return text.status();
+  return parse_generation_config(*text, path);
 }
 
 }  // namespace dsv41

@@ -50,6 +50,7 @@
 #include <utility>
 #include <vector>
 
+#include <dsv41/core/read_file.hpp>
 #include <dsv41/core/status.hpp>
 #include <dsv41/text/added_tokens.hpp>
 #include <dsv41/text/bpe.hpp>
@@ -62,13 +63,11 @@ namespace dsv41::text {
 
 class Tokenizer : private detail::TokenizerJson {
  public:
+  static constexpr uintmax_t kMaxTokenizerJsonBytes = uintmax_t(256) << 20;  // the release's is ~8 MB
   static Result<Tokenizer> from_json_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return error(Code::io_error, "cannot open tokenizer file '" + path + "'");
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    if (f.bad()) return error(Code::io_error, "cannot read tokenizer file '" + path + "'");
-    auto r = from_json_string(ss.str());
+    auto text = read_small_file(path, kMaxTokenizerJsonBytes);
+    if (!text.ok()) return Status(text.status().code(), "tokenizer file: " + text.status().message());
+    auto r = from_json_string(*text);
     if (!r.ok()) return Status(r.status().code(), path + ": " + r.status().message());
     return r;
   }
