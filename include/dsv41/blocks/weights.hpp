@@ -13,6 +13,7 @@
 #include <dsv41/core/status.hpp>
 #include <dsv41/io/safetensors.hpp>
 #include <dsv41/numeric/formats.hpp>
+#include <dsv41/parallel/partition.hpp>
 
 namespace dsv41 {
 
@@ -75,7 +76,8 @@ struct LayerWeights {
   // MoE
   Linear gate;
   std::vector<float> gate_bias, gate_bias_vl;
-  std::vector<std::array<Linear, 3>> experts;  // w1, w2, w3
+  std::vector<std::array<Linear, 3>> experts;  // w1, w2, w3 of experts expert_first, expert_first + 1, ...
+  int expert_first = 0;                        // > 0 or fewer than all: a rank's share (parallel::Plan)
   std::array<Linear, 3> shared;
   // Engram
   const uint8_t* engram_table = nullptr;        // E4M3 [rows, head_dim]
@@ -89,7 +91,8 @@ struct LayerWeights {
 };
 
 struct Weights {
-  Linear embed, head;
+  Linear embed, head;  // head: vocabulary rows head_first .. head_first + head.out
+  int head_first = 0;
   std::vector<float> norm;
   std::vector<LayerWeights> layers;  // backbone then DSpark stages
 };
@@ -170,14 +173,20 @@ struct Binder {
 
 }  // namespace detail
 
-// Binds views after check_checkpoint passed. `ck` must outlive the returned Weights.
-inline Result<Weights> bind_weights(const st::Checkpoint& ck, const ModelShape& s) {
+// Binds views after check_checkpoint passed. `ck` must outlive the returned Weights. plan: bind only what its rank
+// holds (its routed experts, its head rows); null: everything.
+inline Result<Weights> bind_weights(const st::Checkpoint& ck, const ModelShape& s, const parallel::Plan* plan = nullptr) {
   DSV41_TRY(check_checkpoint(ck, s));
   detail::Binder b{ck, {}};
   Weights w;
   const int d = s.hidden_size, H = s.num_attention_heads, D = s.head_dim, I = s.moe_intermediate_size;
   w.embed = b.lin("embed", WKind::BF16, s.vocab_size, d);
   w.head = b.lin("head", WKind::BF16, s.vocab_size, d);
+  if (plan && w.head.w && plan->vocab.size() != s.vocab_size) {  // a view of the rank's rows
+    w.head_first = plan->vocab.begin;
+    w.head.w += size_t(plan->vocab.begin) * d * 2;
+    w.head.out = plan->vocab.size();
+  }
   w.norm = b.vec("norm.weight");
   for (const auto& r : make_schedule(s)) {
     const std::string p = weight_prefix(s, r.id) + ".";
@@ -208,7 +217,9 @@ inline Result<Weights> bind_weights(const st::Checkpoint& ck, const ModelShape& 
     L.gate = b.lin(p + "ffn.gate", WKind::BF16, r.n_experts, d);
     L.gate_bias = b.vec(p + "ffn.gate.bias");
     if (s.has_vision && !r.dspark) L.gate_bias_vl = b.vec(p + "ffn.gate.bias_vl");
-    for (int e = 0; e < r.n_experts; ++e) {
+    const parallel::Range held = plan ? plan->experts_of(r) : parallel::Range{0, r.n_experts};
+    L.expert_first = held.begin;
+    for (int e = held.begin; e < held.end; ++e) {
       const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
       L.experts.push_back({b.lin(q + "w1", WKind::FP4, I, d), b.lin(q + "w2", WKind::FP4, d, I),
                            b.lin(q + "w3", WKind::FP4, I, d)});

@@ -4,6 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <new>
 #include <span>
 #include <string>
@@ -24,6 +25,8 @@
 #include <dsv41/config/schedule.hpp>
 #include <dsv41/core/status.hpp>
 #include <dsv41/engram/hash.hpp>
+#include <dsv41/parallel/communicator.hpp>
+#include <dsv41/parallel/partition.hpp>
 
 namespace dsv41::cpu {
 
@@ -37,6 +40,7 @@ class Ops {
   static constexpr bool on_host = true;            // states and outputs in host memory
   static constexpr bool keeps_host_weights = true; // computes on the checkpoint's mapping
   static constexpr bool batches_decode = false;    // a decode step runs its sequences one by one
+  static constexpr bool splits_head = true;        // parallel: each rank computes its vocabulary rows' logits
 
   // Where a forward's logits go: the caller's ForwardResult.
   struct LogitsSink {
@@ -95,6 +99,27 @@ class Ops {
 
   const ModelShape& shape() const { return s_; }
   const std::vector<LayerRole>& schedule() const { return sched_; }
+
+  // Runs as rank plan.rank of plan.world (issue 16): the weights hold the plan's experts and head rows
+  // (bind_weights with the plan); comm combines them. Every rank computes everything else, so every rank ends
+  // with the same streams and logits. comm must outlive the ops.
+  Status set_parallel(const parallel::Plan& plan, parallel::Communicator* comm) {
+    if (!comm || comm->size() != plan.world || comm->rank() != plan.rank)
+      return error(Code::invalid_argument, "parallel: the communicator is not the plan's rank");
+    if (plan.heads.size() != s_.num_attention_heads)
+      return error(Code::unsupported, "parallel: the CPU backend does not split attention heads");
+    if (w_.head_first != plan.vocab.begin || w_.head.out != plan.vocab.size())
+      return error(Code::invalid_argument, "parallel: the head's rows are not the plan's");
+    for (size_t l = 0; l < sched_.size(); ++l) {
+      const parallel::Range r = plan.experts_of(sched_[l]);
+      if (w_.layers[l].expert_first != r.begin || int(w_.layers[l].experts.size()) != r.size())
+        return error(Code::invalid_argument, "parallel: layer " + std::to_string(l) + "'s experts are not the plan's");
+    }
+    par_ = plan;
+    comm_ = comm;
+    return Status::Ok();
+  }
+  const parallel::Plan& parallel_plan() const { return par_; }
 
   SequenceState new_sequence(int64_t max_positions) const { return SequenceState(s_, max_positions); }
   Status drop_windows(SequenceState& st) const {
@@ -198,8 +223,7 @@ class Ops {
     if (!b.logits) return Status::Ok();
     const int first = b.all_logits ? 0 : b.S - 1;
     b.logits->assign(size_t(b.S - first) * s_.vocab_size, 0.f);
-    head(b.H.data(), b.pre.data(), first, b.S, b.logits->data());
-    return Status::Ok();
+    return head_rows(b.H.data(), b.pre.data(), first, b.S, b.logits->data());
   }
 
   Status observe_taps(Batch& b) const {
@@ -261,8 +285,7 @@ class Ops {
     return Status::Ok();
   }
   Status moe(int l, const int32_t* tokens, const float* x, float* out, int rows) const {
-    cpu::moe(s_, sched_[size_t(l)], w_.layers[size_t(l)], x, tokens, rows, out);
-    return Status::Ok();
+    return cpu::moe(s_, sched_[size_t(l)], w_.layers[size_t(l)], x, tokens, rows, out, comm_);
   }
 
   // ---- CSA2 attention ----
@@ -361,7 +384,7 @@ class Ops {
     rmsnorm(xb.data(), last.norm.data(), B, d, float(s_.rms_norm_eps), xn.data());
     const int V = s_.vocab_size, R = s_.dspark_markov_rank;
     out.logits.assign(size_t(B) * V, 0.f);
-    linear(w_.head, xn.data(), B, out.logits.data(), Lin::F32);
+    DSV41_TRY(head_logits(xn.data(), B, out.logits.data()));
     out.ids.assign(size_t(B) + 1, 0);
     out.confidence.assign(size_t(B), 0.f);
     out.ids[0] = dw.y;
@@ -391,15 +414,37 @@ class Ops {
     return Status::Ok();
   }
 
-  // The final collapse, norm and head of rows [first, last) of H [.., hc, d]; logits FP32.
+  // The final collapse, norm and head of rows [first, last) of H [.., hc, d]; logits FP32. (A collective failing
+  // leaves NaN logits: the golden check's entry point, without a Status.)
   void head(const float* H, const float* pre, int first, int last, float* logits) const {
+    if (!head_rows(H, pre, first, last, logits).ok())
+      std::fill_n(logits, size_t(last - first) * s_.vocab_size, std::numeric_limits<float>::quiet_NaN());
+  }
+  Status head_rows(const float* H, const float* pre, int first, int last, float* logits) const {
     const int hc = s_.hc_mult, d = s_.hidden_size;
     std::vector<float> x(size_t(last - first) * d), tmp(static_cast<size_t>(d));
     for (int t = first; t < last; ++t) {
       hc_pre(H + size_t(t) * hc * d, pre + size_t(t) * hc, hc, d, tmp.data());
       rmsnorm(tmp.data(), w_.norm.data(), 1, d, float(s_.rms_norm_eps), x.data() + size_t(t - first) * d);
     }
-    linear(w_.head, x.data(), last - first, logits, Lin::F32);
+    return head_logits(x.data(), last - first, logits);
+  }
+
+  // logits [M, V] FP32 of normed rows x [M, d]. Parallel: this rank's vocabulary rows, gathered from every rank
+  // (each logit is one rank's dot product: the bits of one rank).
+  Status head_logits(const float* x, int M, float* logits) const {
+    const int V = s_.vocab_size, n = w_.head.out;
+    if (!comm_ || n == V) {
+      linear(w_.head, x, M, logits, Lin::F32);
+      return Status::Ok();
+    }
+    std::vector<float> mine(size_t(M) * n), all(size_t(comm_->size()) * M * n);
+    linear(w_.head, x, M, mine.data(), Lin::F32);
+    DSV41_TRY(comm_->all_gather(mine.data(), all.data(), mine.size(), parallel::Elem::f32, nullptr));
+    for (int r = 0; r < comm_->size(); ++r)  // [rank][M][n] -> [M][rank·n + j]
+      for (int m = 0; m < M; ++m)
+        std::copy_n(all.data() + (size_t(r) * M + m) * n, n, logits + size_t(m) * V + size_t(r) * n);
+    return Status::Ok();
   }
 
  private:
@@ -442,6 +487,8 @@ class Ops {
 
   const ModelShape& s_;
   const Weights& w_;
+  parallel::Plan par_;                       // world 1 unless set_parallel
+  parallel::Communicator* comm_ = nullptr;
   std::vector<LayerRole> sched_;
   std::vector<RopeTable> ropes_;
   std::vector<int32_t> token_map_;
