@@ -126,8 +126,9 @@ class UnitOps : public HookCopies {
     return launch_status("hc_post");
   }
 
-  // §4.6 MoE of x [S, d] into out [S, d].
-  Status moe_rows(const LayerRole& role, const DLayer& w, const bf16_t* x, const int32_t* d_tokens, int S, bf16_t* out) const {
+  // §4.6 MoE of x [S, d] into out [S, d]. comm: expert parallel over the layer's held experts (kernels/moe.cuh).
+  Status moe_rows(const LayerRole& role, const DLayer& w, const bf16_t* x, const int32_t* d_tokens, int S, bf16_t* out,
+                  parallel::Communicator* comm = nullptr) const {
     MoeShape ms;
     ms.T = S;
     ms.d = s_.hidden_size;
@@ -137,6 +138,8 @@ class UnitOps : public HookCopies {
     ms.route_scale = float(s_.routed_scaling_factor);
     ms.limit = float(s_.swiglu_limit);
     ms.norm_topk = s_.norm_topk_prob;
+    ms.e_begin = w.expert_first;
+    ms.e_end = w.expert_first + w.experts_held;
     MoeWeights mw;
     mw.gate = w.gate.bf16();
     mw.bias = w.gate_bias;
@@ -155,7 +158,7 @@ class UnitOps : public HookCopies {
     const size_t wsb = moe_workspace_bytes(ms);
     uint8_t* ws = nullptr;
     DSV41_TRY(sc.get(ws, wsb));
-    return gpu::moe(ms, mw, x, out, ws, wsb, stream_);
+    return gpu::moe(ms, mw, x, out, ws, wsb, stream_, comm);
   }
 
 };
