@@ -3,9 +3,9 @@
 // the model passes (its own), so they order with its kernels. Buffers are device memory.
 // On the lent H200 machines hosts must keep NCCL_NVLS_ENABLE=0 (NVLink multicast there can put the shared host's
 // GPUs out of service); the library never calls cuMulticastCreate.
-// Compiled only where <nccl.h> exists (DSV41_HAVE_NCCL is 1 then); link with -lnccl.
+// Compiled only where <nccl.h> exists and DSV41_NO_NCCL is not defined (DSV41_HAVE_NCCL is 1 then); link -lnccl.
 #pragma once
-#if __has_include(<nccl.h>)
+#if __has_include(<nccl.h>) && !defined(DSV41_NO_NCCL)
 #include <cuda_runtime.h>
 #include <nccl.h>
 
