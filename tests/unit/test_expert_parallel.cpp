@@ -1,6 +1,6 @@
-// Expert parallel (and the head split over vocabulary rows) on the CPU backend (issue 16): the tiny-ced model run
-// as 1, 2 and 4 ranks on threads (parallel::ThreadComm) gives the bits of the one-rank model: logits of every
-// prefill row, decode steps, a DSpark draft, and the caches.
+// Expert parallel, with the Engram tables split by rows and the head by vocabulary rows, on the CPU backend
+// (issue 16): the tiny-ced model run as 1, 2 and 4 ranks on threads (parallel::ThreadComm) gives the bits of the
+// one-rank model: logits of every prefill row, decode steps, a DSpark draft, and the caches.
 #include <catch2/catch.hpp>
 
 #include <thread>
@@ -103,7 +103,7 @@ TEST_CASE("expert parallel over 1, 2 and 4 thread ranks gives the one-rank model
   }
 }
 
-TEST_CASE("a rank binds only its experts and its head rows", "[parallel][expert_parallel]") {
+TEST_CASE("a rank's forward reaches its communicator", "[parallel][expert_parallel]") {
   using C = configs::TinyCed;
   struct Rank1Of4 final : parallel::Communicator {  // loading needs no collective
     int rank() const override { return 1; }
@@ -151,6 +151,14 @@ TEST_CASE("bind_weights with a plan holds the plan's share", "[parallel][expert_
       for (size_t l = 0; l < sched.size(); ++l) {
         const int E = sched[l].n_experts, per = E / world;
         const LayerWeights& L = w->layers[l];
+        if (sched[l].engram_slot >= 0) {  // rows ⌊n·r/w⌋ .. ⌊n·(r+1)/w⌋ of the table, viewed from there
+          const int64_t n = s.engram_num_embeddings[size_t(sched[l].engram_slot)];
+          CHECK(L.engram_row_first == n * r / world);
+          CHECK(L.engram_rows == n * (r + 1) / world - n * r / world);
+          CHECK(L.engram_table == full->layers[l].engram_table + size_t(L.engram_row_first) * s.engram_head_dim);
+          CHECK(L.engram_table_scale ==
+                full->layers[l].engram_table_scale + size_t(L.engram_row_first) * (s.engram_head_dim / 32));
+        }
         CHECK(L.expert_first == r * per);
         REQUIRE(int(L.experts.size()) == per);
         for (int i = 0; i < per; ++i) CHECK(L.experts[size_t(i)][1].w == full->layers[l].experts[size_t(r * per + i)][1].w);

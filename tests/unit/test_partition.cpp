@@ -1,7 +1,10 @@
 // parallel::Plan: which rank holds which experts, heads and head rows (issue 16), on the released and tiny shapes.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <dsv41/config/presets.hpp>
+#include <dsv41/parallel/accounting.hpp>
 #include <dsv41/parallel/partition.hpp>
 
 using namespace dsv41;
@@ -138,4 +141,66 @@ TEST_CASE("plans that do not divide are errors that say why", "[parallel][partit
   ModelShape odd = tiny;
   odd.num_attention_heads = 5;
   fails(parallel::make_plan(odd, 1, 0), Code::invalid_argument, "5 heads do not divide into 2 groups");
+}
+
+TEST_CASE("a rank of the release holds its experts and head rows, and every replicated byte", "[parallel][partition]") {
+  using C = configs::V41Flash;
+  const ModelShape s = configs::to_shape<C>();
+  int64_t total = 0;
+  for (const auto& t : expected_tensors(s)) total += parallel::tensor_bytes(t);
+  // one routed expert: w1, w3 [I, d] and w2 [d, I] as packed E2M1 pairs with one UE8M0 per 32 inputs
+  const int64_t I = C::moe_intermediate_size, d = C::hidden_size;
+  const int64_t per_expert = 3 * (I * d / 2 + I * d / 32);
+  const int64_t head = int64_t(C::vocab_size) * d * 2;
+  const int64_t L = C::num_hidden_layers, nD = C::num_nextn_predict_layers;
+  const int64_t E = C::n_routed_experts, Ed = C::dspark_n_routed_experts, V = C::vocab_size;
+  CHECK(parallel::rank_bytes(s, *parallel::make_plan(s, 1, 0)) == total);
+  // an Engram row: head_dim E4M3 values and one UE8M0 per 32
+  const int64_t engram_row = C::engram_head_dim + C::engram_head_dim / 32;
+  for (int world : {2, 4, 8}) {
+    const int64_t others = (L * (E - E / world) + nD * (Ed - Ed / world)) * per_expert + head / V * (V - V / world);
+    int64_t engram_rows_held = 0;
+    for (int r = 0; r < world; ++r) {
+      auto p = parallel::make_plan(s, world, r);
+      REQUIRE(p.ok());
+      int64_t engram_others = 0;
+      for (int64_t n : C::engram_num_embeddings) {
+        const int64_t held = n * (r + 1) / world - n * r / world;  // ⌊n(r+1)/w⌋ − ⌊nr/w⌋
+        CHECK(p->engram_rows(n).size() == held);
+        engram_others += (n - held) * engram_row;
+        engram_rows_held += held;
+      }
+      INFO("world " << world << " rank " << r << ": " << double(parallel::rank_bytes(s, *p)) / double(1 << 30) << " GiB");
+      CHECK(parallel::rank_bytes(s, *p) == total - others - engram_others);
+    }
+    int64_t all_rows = 0;
+    for (int64_t n : C::engram_num_embeddings) all_rows += n;
+    CHECK(engram_rows_held == all_rows);  // every row on exactly one rank (the ranges tile: partition's own test)
+  }
+}
+
+TEST_CASE("Engram table rows tile each table in near-equal contiguous ranges", "[parallel][partition]") {
+  const ModelShape tiny = configs::to_shape<configs::TinyCed>();
+  for (int64_t n : {int64_t(7), int64_t(240), int64_t(306), int64_t(384016682)})
+    for (int world = 1; world <= 8; ++world) {
+      INFO("rows " << n << " world " << world);
+      int64_t next = 0, lo = n, hi = 0;
+      for (int r = 0; r < world; ++r) {
+        parallel::PlanSizes z = parallel::plan_sizes(tiny, world, r);
+        z.n_routed_experts = z.dspark_n_routed_experts = 0;  // only the Engram split matters here
+        z.split_head = false;
+        auto p = parallel::make_plan(z);
+        REQUIRE(p.ok());
+        const parallel::Range64 g = p->engram_rows(n);
+        CHECK(g.begin == next);
+        next = g.end;
+        lo = std::min(lo, g.size());
+        hi = std::max(hi, g.size());
+      }
+      CHECK(next == n);
+      CHECK(hi - lo <= 1);
+    }
+  parallel::PlanSizes z = parallel::plan_sizes(tiny, 2, 1);
+  z.split_engram = false;
+  CHECK(parallel::make_plan(z)->engram_rows(306) == parallel::Range64{0, 306});
 }

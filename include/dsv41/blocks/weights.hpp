@@ -82,7 +82,8 @@ struct LayerWeights {
   // Engram
   const uint8_t* engram_table = nullptr;        // E4M3 [rows, head_dim]
   const uint8_t* engram_table_scale = nullptr;  // UE8M0 [rows, head_dim/32]
-  int64_t engram_rows = 0;
+  int64_t engram_rows = 0;                      // rows held: engram_row_first .. + engram_rows
+  int64_t engram_row_first = 0;                 // > 0 or fewer than the table's: a rank's share (parallel::Plan)
   Linear engram_wkv;
   std::vector<float> engram_qk;  // q_weight * k_weight in FP32, [hc, d]
   // DSpark stage extras
@@ -229,7 +230,12 @@ inline Result<Weights> bind_weights(const st::Checkpoint& ck, const ModelShape& 
     if (r.engram_slot >= 0) {
       L.engram_table = b.raw(p + "engram.embed.weight");
       L.engram_table_scale = b.raw(p + "engram.embed.scale");
-      L.engram_rows = s.engram_num_embeddings[r.engram_slot];
+      const parallel::Range64 rows =
+          plan ? plan->engram_rows(s.engram_num_embeddings[r.engram_slot]) : parallel::Range64{0, s.engram_num_embeddings[r.engram_slot]};
+      L.engram_row_first = rows.begin;
+      L.engram_rows = rows.size();
+      if (L.engram_table) L.engram_table += size_t(rows.begin) * s.engram_head_dim;
+      if (L.engram_table_scale) L.engram_table_scale += size_t(rows.begin) * (s.engram_head_dim / 32);
       L.engram_wkv = b.lin(p + "engram.wkv", WKind::FP8, d * (s.hc_mult + 1), s.n_engram_cols() * s.engram_head_dim);
       auto q = b.vec(p + "engram.q_weight"), k = b.vec(p + "engram.k_weight");
       L.engram_qk.resize(q.size());

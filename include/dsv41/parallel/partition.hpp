@@ -2,6 +2,7 @@
 // contiguous range of every MoE layer's routed experts (the shared expert on every rank). Tensor parallel: a
 // contiguous range of attention heads, cut on output-projection group boundaries (wo_a is grouped per head group),
 // and a contiguous range of the head's vocabulary rows. Ranges are equal-sized; the checks say what does not divide.
+// Engram tables (189 GiB of the release's 474) are split by rows into near-equal contiguous ranges (any size).
 // Everything here is constexpr over plain sizes (PlanSizes); make_plan() wraps it for a ModelShape with messages.
 #pragma once
 #include <string>
@@ -19,6 +20,12 @@ struct Range {
   constexpr bool contains(int i) const { return i >= begin && i < end; }
   constexpr bool operator==(const Range&) const = default;
 };
+struct Range64 {
+  int64_t begin = 0, end = 0;
+  constexpr int64_t size() const { return end - begin; }
+  constexpr bool contains(int64_t i) const { return i >= begin && i < end; }
+  constexpr bool operator==(const Range64&) const = default;
+};
 
 // Block r of n items cut into `parts` equal blocks (n divisible by parts).
 constexpr Range block_of(int n, int parts, int r) { return {r * (n / parts), (r + 1) * (n / parts)}; }
@@ -32,7 +39,8 @@ struct PlanSizes {
   int vocab_size = 0;
   // Tensor parallel for attention: no backend splits heads yet, so off by default (every rank holds every head).
   bool split_attention = false;
-  bool split_head = true;  // false: every rank holds every vocabulary row
+  bool split_head = true;    // false: every rank holds every vocabulary row
+  bool split_engram = true;  // false: every rank holds every Engram table row
 };
 
 enum class PlanError {
@@ -53,6 +61,13 @@ struct Plan {
   Range groups;          // output-projection groups held here
   Range heads;           // their heads: groups × (H / o_groups)
   Range vocab;           // head rows (logits) computed here
+  bool engram_split = false;
+
+  // The rows of an Engram table of n rows held here: [⌊n·rank/world⌋, ⌊n·(rank+1)/world⌋).
+  constexpr Range64 engram_rows(int64_t n) const {
+    if (!engram_split) return {0, n};
+    return {n * rank / world, n * (rank + 1) / world};
+  }
 
   // The routed experts of a layer held here.
   constexpr Range experts_of(const LayerRole& r) const { return r.dspark ? dspark_experts : experts; }
@@ -82,6 +97,7 @@ constexpr Plan plan_of(const PlanSizes& z) {
   p.groups = z.split_attention ? block_of(z.o_groups, z.world, z.rank) : Range{0, z.o_groups};
   p.heads = {p.groups.begin * hpg, p.groups.end * hpg};
   p.vocab = z.split_head ? block_of(z.vocab_size, z.world, z.rank) : Range{0, z.vocab_size};
+  p.engram_split = z.split_engram && z.world > 1;
   return p;
 }
 

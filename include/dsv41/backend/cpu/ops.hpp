@@ -100,9 +100,9 @@ class Ops {
   const ModelShape& shape() const { return s_; }
   const std::vector<LayerRole>& schedule() const { return sched_; }
 
-  // Runs as rank plan.rank of plan.world (issue 16): the weights hold the plan's experts and head rows
-  // (bind_weights with the plan); comm combines them. Every rank computes everything else, so every rank ends
-  // with the same streams and logits. comm must outlive the ops.
+  // Runs as rank plan.rank of plan.world (issue 16): the weights hold the plan's routed experts, Engram table rows
+  // and head rows (bind_weights with the plan); comm combines them. Every rank computes everything else, so every
+  // rank ends with the same streams and logits. comm must outlive the ops.
   Status set_parallel(const parallel::Plan& plan, parallel::Communicator* comm) {
     if (!comm || comm->size() != plan.world || comm->rank() != plan.rank)
       return error(Code::invalid_argument, "parallel: the communicator is not the plan's rank");
@@ -111,9 +111,14 @@ class Ops {
     if (w_.head_first != plan.vocab.begin || w_.head.out != plan.vocab.size())
       return error(Code::invalid_argument, "parallel: the head's rows are not the plan's");
     for (size_t l = 0; l < sched_.size(); ++l) {
+      const LayerWeights& L = w_.layers[l];
       const parallel::Range r = plan.experts_of(sched_[l]);
-      if (w_.layers[l].expert_first != r.begin || int(w_.layers[l].experts.size()) != r.size())
+      if (L.expert_first != r.begin || int(L.experts.size()) != r.size())
         return error(Code::invalid_argument, "parallel: layer " + std::to_string(l) + "'s experts are not the plan's");
+      const int slot = sched_[l].engram_slot;
+      if (slot >= 0 && parallel::Range64{L.engram_row_first, L.engram_row_first + L.engram_rows} !=
+                           plan.engram_rows(s_.engram_num_embeddings[size_t(slot)]))
+        return error(Code::invalid_argument, "parallel: layer " + std::to_string(l) + "'s Engram rows are not the plan's");
     }
     par_ = plan;
     comm_ = comm;
@@ -251,9 +256,9 @@ class Ops {
 
   Status engram(int l, Batch& b) const {
     const int cols = int(plan_.cols()), stride = int(plan_.n_layers()) * cols;
-    cpu::engram(s_, w_.layers[size_t(l)], b.hash.data() + size_t(sched_[size_t(l)].engram_slot) * cols, stride,
-                b.ids.data(), b.H.data(), b.S);
-    return Status::Ok();
+    const int slot = sched_[size_t(l)].engram_slot;
+    return cpu::engram(s_, w_.layers[size_t(l)], b.hash.data() + size_t(slot) * cols, stride, b.ids.data(), b.H.data(),
+                       b.S, s_.engram_num_embeddings[size_t(slot)], comm_);
   }
 
   // §4.9 the DSpark tap of a target layer: the mean of the streams, BF16.

@@ -14,20 +14,25 @@
 
 namespace dsv41::cpu {
 
-// §4.7 Engram on all streams of H [S, hc, d]; ids [S, cols] are this layer's table rows.
-inline void engram(const ModelShape& s, const LayerWeights& w, const int64_t* ids, int ids_stride,
-                   const int32_t* tokens, float* H, int S) {
+// §4.7 Engram on all streams of H [S, hc, d]; ids [S, cols] are this layer's table rows. Parallel: w holds rows
+// [engram_row_first, + engram_rows) of the table; the others' lookups stay zero here and comm sums them over
+// ranks (one holder per row: exact). comm null: w holds the whole table (table_rows).
+inline Status engram(const ModelShape& s, const LayerWeights& w, const int64_t* ids, int ids_stride,
+                     const int32_t* tokens, float* H, int S, int64_t table_rows, parallel::Communicator* comm = nullptr) {
   const int hc = s.hc_mult, d = s.hidden_size, hd = s.engram_head_dim, cols = s.n_engram_cols();
-  std::vector<float> rows(size_t(S) * cols * hd);
+  if (!comm && (w.engram_row_first != 0 || w.engram_rows != table_rows))
+    return error(Code::invalid_argument, "engram: a share of the table and no communicator");
+  std::vector<float> rows(size_t(S) * cols * hd, 0.f);
   for (int t = 0; t < S; ++t)
     for (int c = 0; c < cols; ++c) {
-      const int64_t rid = ids[size_t(t) * ids_stride + c];
+      const int64_t rid = ids[size_t(t) * ids_stride + c] - w.engram_row_first;
       float* dst = rows.data() + (size_t(t) * cols + c) * hd;
-      if (rid < 0 || rid >= w.engram_rows) { std::fill(dst, dst + hd, 0.f); continue; }
+      if (rid < 0 || rid >= w.engram_rows) continue;  // outside the table, or another rank's row
       const uint8_t* q = w.engram_table + size_t(rid) * hd;
       const uint8_t* sc = w.engram_table_scale + size_t(rid) * (hd / 32);
       for (int i = 0; i < hd; ++i) dst[i] = bf16(num::e4m3_to_f32(q[i]) * num::ue8m0_to_f32(sc[i / 32]));
     }
+  if (comm) DSV41_TRY(comm->all_reduce_sum(rows.data(), rows.size(), parallel::Elem::f32, nullptr));
   std::vector<float> kv(size_t(S) * (hc + 1) * d);
   linear(w.engram_wkv, rows.data(), S, kv.data());
   const float eps = float(s.rms_norm_eps), inv_sqrt_d = float(std::pow(double(d), -0.5));
@@ -48,6 +53,7 @@ inline void engram(const ModelShape& s, const LayerWeights& w, const int64_t* id
       for (int i = 0; i < d; ++i) h[i] = bf16(h[i] + gate * value[i]);
     }
   }
+  return Status::Ok();
 }
 
 // §4.6 MoE on x [S, d] (BF16 values); out [S, d] BF16. Each token's routed outputs go to its slots [S, k, d];

@@ -66,9 +66,9 @@ class Ops : public DsparkOps {
   using DsparkOps::head;
   using DsparkOps::markov_bias;
 
-  // Runs as rank plan.rank of plan.world (issue 16): the uploaded weights hold the plan's routed experts; the MoE
-  // combines them through comm (NcclComm over the caller's ncclComm_t, on this model's stream). Attention and the
-  // head are not split. comm must outlive the ops.
+  // Runs as rank plan.rank of plan.world (issue 16): the uploaded weights hold the plan's routed experts and Engram
+  // table rows; the MoE and Engram combine them through comm (NcclComm over the caller's ncclComm_t, on this
+  // model's stream). Attention and the head are not split. comm must outlive the ops.
   Status set_parallel(const parallel::Plan& plan, parallel::Communicator* comm) {
     if (!comm || comm->size() != plan.world || comm->rank() != plan.rank)
       return error(Code::invalid_argument, "parallel: the communicator is not the plan's rank");
@@ -78,6 +78,10 @@ class Ops : public DsparkOps {
       const parallel::Range r = plan.experts_of(sched_[l]);
       if (layers_[l].expert_first != r.begin || layers_[l].experts_held != r.size())
         return error(Code::invalid_argument, "parallel: layer " + std::to_string(l) + "'s experts are not the plan's");
+      const int slot = sched_[l].engram_slot;
+      if (slot >= 0 && parallel::Range64{layers_[l].engram_row_first, layers_[l].engram_row_first + layers_[l].engram_rows} !=
+                           plan.engram_rows(s_.engram_num_embeddings[size_t(slot)]))
+        return error(Code::invalid_argument, "parallel: layer " + std::to_string(l) + "'s Engram rows are not the plan's");
     }
     par_ = plan;
     comm_ = comm;
@@ -264,7 +268,7 @@ class Ops : public DsparkOps {
 
   Status engram(int l, Batch& b) const {
     mark("engram");
-    return UnitOps::engram(layers_[size_t(l)], sched_[size_t(l)].engram_slot, b.in.hash, b.in.ids, b.H, b.now);
+    return UnitOps::engram(layers_[size_t(l)], sched_[size_t(l)].engram_slot, b.in.hash, b.in.ids, b.H, b.now, comm_);
   }
 
   Status dspark_tap(int l, Batch& b) const {

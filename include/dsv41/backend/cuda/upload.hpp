@@ -92,6 +92,7 @@ class WeightUpload {
       if (h.engram_table) {
         const int hd = shape.engram_head_dim;
         L.engram_rows = h.engram_rows;
+        L.engram_row_first = h.engram_row_first;
         DSV41_TRY(wmem_.upload(L.engram_table, h.engram_table, size_t(h.engram_rows) * hd, *up_));
         DSV41_TRY(wmem_.upload(L.engram_scale, h.engram_table_scale, size_t(h.engram_rows) * (hd / 32), *up_));
       }
