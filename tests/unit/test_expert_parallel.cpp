@@ -46,7 +46,8 @@ Run run_model(const Tiny& m, const std::vector<int32_t>& prompt) {
 }
 
 // Every rank loads its share with its communicator and runs the same calls on its own thread.
-std::vector<Run> run_ranks(int world, const std::vector<int32_t>& prompt, std::vector<std::string>* load_errors) {
+std::vector<Run> run_ranks(int world, const std::vector<int32_t>& prompt, std::vector<std::string>* load_errors,
+                           bool split_attention = false) {
   parallel::ThreadGroup group(world);
   auto comms = parallel::make_thread_comms(group);
   std::vector<Run> runs(static_cast<size_t>(world));
@@ -56,6 +57,7 @@ std::vector<Run> run_ranks(int world, const std::vector<int32_t>& prompt, std::v
     threads.emplace_back([&, r] {
       LoadOptions opt;
       opt.comm = comms[size_t(r)].get();
+      opt.split_attention = split_attention;
       auto m = Tiny::load(kDir, opt);  // a failed load on one rank would leave the others waiting: none here
       if (!m.ok()) { errs[size_t(r)] = m.status().to_string(); return; }
       runs[size_t(r)] = run_model(**m, prompt);
@@ -84,10 +86,11 @@ TEST_CASE("expert parallel over 1, 2 and 4 thread ranks gives the one-rank model
   const Run ref = run_model(one, prompt);
   REQUIRE(ref.status.ok());
   REQUIRE(ref.prefill_logits.size() == prompt.size() * size_t(one.shape().vocab_size));
-  for (int world : {1, 2, 4}) {
-    INFO("world " << world);
+  // TinyCed: 4 heads in 2 output groups, so heads split over 2 ranks at most
+  for (auto [world, split_attention] : {std::pair{1, false}, {2, false}, {4, false}, {1, true}, {2, true}}) {
+    INFO("world " << world << (split_attention ? ", attention heads split" : ""));
     std::vector<std::string> errs;
-    const auto runs = run_ranks(world, prompt, &errs);
+    const auto runs = run_ranks(world, prompt, &errs, split_attention);
     for (int r = 0; r < world; ++r) {
       INFO("rank " << r << " " << errs[size_t(r)]);
       REQUIRE(errs[size_t(r)].empty());
@@ -164,6 +167,40 @@ TEST_CASE("bind_weights with a plan holds the plan's share", "[parallel][expert_
         for (int i = 0; i < per; ++i) CHECK(L.experts[size_t(i)][1].w == full->layers[l].experts[size_t(r * per + i)][1].w);
       }
     }
+}
+
+TEST_CASE("bind_weights with heads split holds the rank's query rows, sinks and output groups", "[parallel][expert_parallel]") {
+  using C = configs::TinyCed;
+  const ModelShape s = configs::to_shape<C>();
+  auto ck = st::Checkpoint::open(kDir);
+  REQUIRE(ck.ok());
+  auto full = bind_weights(*ck, s);
+  REQUIRE(full.ok());
+  parallel::PlanSizes z = parallel::plan_sizes(s, 2, 1);
+  z.split_attention = true;
+  auto plan = parallel::make_plan(z);
+  REQUIRE(plan.ok());
+  auto w = bind_weights(*ck, s, &*plan);
+  REQUIRE(w.ok());
+  const int H = C::num_attention_heads, D = C::head_dim, G = C::o_groups, R = C::o_lora_rank;
+  for (size_t l = 0; l < w->layers.size(); ++l) {
+    const LayerWeights &L = w->layers[l], &F = full->layers[l];
+    CHECK(L.head_first == H / 2);
+    CHECK(L.group_first == G / 2);
+    REQUIRE(L.wq_b.out == H / 2 * D);
+    REQUIRE(L.wo_a.out == G / 2 * R);
+    CHECK(L.attn_sink == std::vector<float>(F.attn_sink.begin() + H / 2, F.attn_sink.end()));
+    std::vector<float> a(size_t(L.wq_b.in)), b(size_t(F.wq_b.in));
+    for (int row : {0, 31, 32, H / 2 * D - 1}) {  // rows on both sides of an FP8 scale block
+      L.wq_b.row(row, a.data());
+      F.wq_b.row(H / 2 * D + row, b.data());
+      CHECK(a == b);
+    }
+    std::vector<float> c(size_t(L.wo_a.in)), e(size_t(F.wo_a.in));
+    L.wo_a.row(R - 1, c.data());
+    F.wo_a.row(G / 2 * R + R - 1, e.data());
+    CHECK(c == e);
+  }
 }
 
 // The one-rank MoE (slots, then the combine in ascending expert id) against the accumulation the CPU reference

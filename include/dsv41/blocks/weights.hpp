@@ -60,13 +60,28 @@ struct Linear {
       case WKind::None: break;
     }
   }
+
+  // Rows [first, first + n) as a view (FP8: first a multiple of the 32-row scale block).
+  Linear rows(int first, int n) const {
+    Linear v = *this;
+    v.out = n;
+    switch (kind) {
+      case WKind::BF16: v.w = w + size_t(first) * in * 2; break;
+      case WKind::F32: v.w = w + size_t(first) * in * 4; break;
+      case WKind::FP8: v.w = w + size_t(first) * in; v.s = s + size_t(first / 32) * ((in + 31) / 32); break;
+      case WKind::FP4: v.w = w + size_t(first) * (in / 2); v.s = s + size_t(first) * (in / 32); break;
+      case WKind::None: break;
+    }
+    return v;
+  }
 };
 
 struct HcWeights { std::vector<float> fn, base, scale; };
 
 struct LayerWeights {
-  // attention
+  // attention (tensor parallel: wq_b, attn_sink and wo_a hold a rank's heads and output groups only)
   Linear wq_a, wq_b, wkv, wo_a, wo_b;
+  int head_first = 0, group_first = 0;
   std::vector<float> q_norm, kv_norm, attn_sink, attn_norm, ffn_norm;
   // compressor and indexer (by role)
   Linear c_wkv, c_wgate, i_wk, i_wq_b, i_wproj;
@@ -185,9 +200,11 @@ inline Result<Weights> bind_weights(const st::Checkpoint& ck, const ModelShape& 
   w.head = b.lin("head", WKind::BF16, s.vocab_size, d);
   if (plan && w.head.w && plan->vocab.size() != s.vocab_size) {  // a view of the rank's rows
     w.head_first = plan->vocab.begin;
-    w.head.w += size_t(plan->vocab.begin) * d * 2;
-    w.head.out = plan->vocab.size();
+    w.head = w.head.rows(plan->vocab.begin, plan->vocab.size());
   }
+  const bool split_heads = plan && plan->heads.size() != H;
+  if (split_heads && (D % 32 || s.o_lora_rank % 32))
+    return error(Code::unsupported, "parallel: heads split only where head_dim and o_lora_rank are multiples of 32");
   w.norm = b.vec("norm.weight");
   for (const auto& r : make_schedule(s)) {
     const std::string p = weight_prefix(s, r.id) + ".";
@@ -200,6 +217,14 @@ inline Result<Weights> bind_weights(const st::Checkpoint& ck, const ModelShape& 
     L.q_norm = b.vec(p + "attn.q_norm.weight");
     L.kv_norm = b.vec(p + "attn.kv_norm.weight");
     L.attn_sink = b.vec(p + "attn.attn_sink");
+    if (split_heads && L.wq_b.w && L.wo_a.w && L.attn_sink.size() == size_t(H)) {  // the rank's heads and groups
+      const parallel::Range h = plan->heads, g = plan->groups;
+      L.head_first = h.begin;
+      L.group_first = g.begin;
+      L.wq_b = L.wq_b.rows(h.begin * D, h.size() * D);
+      L.wo_a = L.wo_a.rows(g.begin * s.o_lora_rank, g.size() * s.o_lora_rank);
+      L.attn_sink = std::vector<float>(L.attn_sink.begin() + h.begin, L.attn_sink.begin() + h.end);
+    }
     L.attn_norm = b.vec(p + "attn_norm.weight");
     L.ffn_norm = b.vec(p + "ffn_norm.weight");
     L.hc_attn = {b.vec(p + "hc_attn_fn"), b.vec(p + "hc_attn_base"), b.vec(p + "hc_attn_scale")};

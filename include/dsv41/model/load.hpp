@@ -28,6 +28,9 @@ struct LoadOptions {
   // Several ranks (issue 16): this model is rank comm->rank() of comm->size(); it binds (and uploads) only what
   // parallel::make_plan gives the rank and combines through comm, which must outlive the model. Null: one rank.
   parallel::Communicator* comm = nullptr;
+  // With comm: split the attention heads over the ranks too, on output-projection group boundaries (tensor
+  // parallel; the CPU backend only; o_groups must divide over the ranks).
+  bool split_attention = false;
 };
 
 namespace detail {

@@ -65,6 +65,7 @@ class Model {
   static Result<std::unique_ptr<Model>> load(const std::string& dir, Context ctx, const LoadOptions& opt = {}) {
     parallel::PlanSizes split;
     split.split_head = Ops::splits_head;
+    split.split_attention = opt.split_attention;
     auto d = detail::load_directory<Config>(dir, opt, split);
     if (!d.ok()) return d.status();
     std::unique_ptr<Model> m(new Model());

@@ -37,7 +37,8 @@ struct PlanSizes {
   int dspark_n_routed_experts = 0;  // DSpark stages' MoE (0: none)
   int num_attention_heads = 0, o_groups = 0;
   int vocab_size = 0;
-  // Tensor parallel for attention: no backend splits heads yet, so off by default (every rank holds every head).
+  // Tensor parallel for attention (LoadOptions::split_attention; the CPU backend only): off by default, every rank
+  // holding every head.
   bool split_attention = false;
   bool split_head = true;    // false: every rank holds every vocabulary row
   bool split_engram = true;  // false: every rank holds every Engram table row

@@ -100,14 +100,12 @@ class Ops {
   const ModelShape& shape() const { return s_; }
   const std::vector<LayerRole>& schedule() const { return sched_; }
 
-  // Runs as rank plan.rank of plan.world (issue 16): the weights hold the plan's routed experts, Engram table rows
-  // and head rows (bind_weights with the plan); comm combines them. Every rank computes everything else, so every
+  // Runs as rank plan.rank of plan.world (issue 16): the weights hold the plan's routed experts, Engram table rows,
+  // head rows and (LoadOptions::split_attention) attention heads (bind_weights with the plan); comm combines them. Every rank computes everything else, so every
   // rank ends with the same streams and logits. comm must outlive the ops.
   Status set_parallel(const parallel::Plan& plan, parallel::Communicator* comm) {
     if (!comm || comm->size() != plan.world || comm->rank() != plan.rank)
       return error(Code::invalid_argument, "parallel: the communicator is not the plan's rank");
-    if (plan.heads.size() != s_.num_attention_heads)
-      return error(Code::unsupported, "parallel: the CPU backend does not split attention heads");
     if (w_.head_first != plan.vocab.begin || w_.head.out != plan.vocab.size())
       return error(Code::invalid_argument, "parallel: the head's rows are not the plan's");
     for (size_t l = 0; l < sched_.size(); ++l) {
@@ -115,6 +113,9 @@ class Ops {
       const parallel::Range r = plan.experts_of(sched_[l]);
       if (L.expert_first != r.begin || int(L.experts.size()) != r.size())
         return error(Code::invalid_argument, "parallel: layer " + std::to_string(l) + "'s experts are not the plan's");
+      if (L.head_first != plan.heads.begin || int(L.attn_sink.size()) != plan.heads.size() ||
+          L.group_first != plan.groups.begin || L.wo_a.out != plan.groups.size() * s_.o_lora_rank)
+        return error(Code::invalid_argument, "parallel: layer " + std::to_string(l) + "'s heads are not the plan's");
       const int slot = sched_[l].engram_slot;
       if (slot >= 0 && parallel::Range64{L.engram_row_first, L.engram_row_first + L.engram_rows} !=
                            plan.engram_rows(s_.engram_num_embeddings[size_t(slot)]))
@@ -320,8 +321,7 @@ class Ops {
     return Status::Ok();
   }
   Status output_projection(int l, Batch& b, AttentionWork& w, float* out) const {
-    cpu::output_projection(s_, w_.layers[size_t(l)], w.o.data(), b.S, out);
-    return Status::Ok();
+    return cpu::output_projection(s_, w_.layers[size_t(l)], w.o.data(), b.S, out, comm_);
   }
 
   // ---- DSpark ----
@@ -344,8 +344,8 @@ class Ops {
 
   // DSpark stage attention: block rows at positions p+1.. attend to the ring (positions ≤ p) and every block row.
   Status draft_attention(const SequenceState& st, int l, const float* x, int64_t p, float* out) const {
-    const int B = s_.dspark_block_size, H = s_.num_attention_heads, D = s_.head_dim, W = s_.sliding_window;
     const LayerWeights& w = w_.layers[size_t(l)];
+    const int B = s_.dspark_block_size, H = int(w.attn_sink.size()), D = s_.head_dim, W = s_.sliding_window;
     const RopeTable& rope = ropes_[size_t(l)];
     std::vector<float> tmp(size_t(B) * s_.q_lora_rank), qr(size_t(B) * s_.q_lora_rank), q(size_t(B) * H * D);
     linear(w.wq_a, x, B, tmp.data());
@@ -374,8 +374,7 @@ class Ops {
       cpu::sparse_attention(q.data() + size_t(i) * H * D, H, D, entries, w.attn_sink.data(), scale, oi);
       for (int h = 0; h < H; ++h) rope.apply(oi + size_t(h) * D, D, p + 1 + i, true);
     }
-    cpu::output_projection(s_, w, o.data(), B, out);
-    return Status::Ok();
+    return cpu::output_projection(s_, w, o.data(), B, out, comm_);
   }
 
   // The drafts: shared head on the last stage's collapsed, normed rows, plus the Markov bias of the previous
