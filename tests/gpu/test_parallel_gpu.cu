@@ -117,6 +117,19 @@ TEST_CASE("2 and 4 ranks on one GPU (threads, sums staged through the host) give
   }
 }
 
+TEST_CASE("the CUDA backend refuses to split attention heads", "[gpu][parallel]") {
+  parallel::ThreadGroup group(2);
+  auto host = parallel::make_thread_comms(group);
+  HostStaged comm;
+  comm.host = host[0].get();
+  LoadOptions opt;
+  opt.comm = &comm;
+  opt.split_attention = true;  // tiny-ced's 2 output groups would split over 2 ranks
+  auto m = Gpu::load(kDir, opt);  // fails before any collective
+  REQUIRE_FALSE(m.ok());
+  CHECK(m.status().code() == Code::unsupported);
+}
+
 #ifdef DSV41_HAVE_NCCL
 
 TEST_CASE("a 1-rank NCCL communicator gives the single-GPU run's bits", "[gpu][parallel]") {
