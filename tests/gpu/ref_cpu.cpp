@@ -57,7 +57,7 @@ void r_moe(const gputest::MoeRefIn& in, float* out) {
   w.shared[0] = make_lin(RefW::FP8, in.s1, in.s1s, in.I, in.d);
   w.shared[1] = make_lin(RefW::FP8, in.s2, in.s2s, in.d, in.I);
   w.shared[2] = make_lin(RefW::FP8, in.s3, in.s3s, in.I, in.d);
-  cpu::moe(s, role, w, in.x, nullptr, in.T, out);
+  (void)cpu::moe(s, role, w, in.x, nullptr, in.T, out);  // every expert held: cannot fail
 }
 
 void r_attn(const float* q, int H, int D, const std::vector<const float*>& entries, const float* sink, float scale,

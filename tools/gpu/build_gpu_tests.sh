@@ -31,6 +31,10 @@ for p in "${pids[@]}"; do wait "$p" || fail=1; done
 [[ $fail == 0 ]] || { echo "build failed"; exit 1; }
 LIB=/usr/lib/x86_64-linux-gnu/libutf8proc.a
 [[ -f $LIB ]] || LIB=.devdeps/lib/libutf8proc.a
-$NVCC -gencode=arch=compute_90a,code=sm_90a "$B"/*.o $LIB -lcublasLt -o "$B/dsv41_gpu_tests"
+# NCCL where the toolkit has it (test_parallel_gpu.cu compiles its NCCL cases only then)
+printf '#include <nccl.h>\n' > "$B/has_nccl.cu"
+NCCL=""
+$NVCC -E "$B/has_nccl.cu" -o /dev/null > /dev/null 2>&1 && NCCL=-lnccl
+$NVCC -gencode=arch=compute_90a,code=sm_90a "$B"/*.o $LIB -lcublasLt $NCCL -o "$B/dsv41_gpu_tests"
 sort -k2 -n -r "$B/times.txt" | awk '{s += $2; printf "  %-28s %6.1f s\n", $1, $2 / 1000} END {printf "  sum of units %.1f s\n", s / 1000}'
 echo "gpu tests: built in $(( ($(date +%s%N) - t0) / 1000000000 )) s wall"

@@ -13,6 +13,7 @@
 #include <dsv41/core/status.hpp>
 #include <dsv41/io/safetensors.hpp>
 #include <dsv41/numeric/formats.hpp>
+#include <dsv41/parallel/partition.hpp>
 
 namespace dsv41 {
 
@@ -59,13 +60,28 @@ struct Linear {
       case WKind::None: break;
     }
   }
+
+  // Rows [first, first + n) as a view (FP8: first a multiple of the 32-row scale block).
+  Linear rows(int first, int n) const {
+    Linear v = *this;
+    v.out = n;
+    switch (kind) {
+      case WKind::BF16: v.w = w + size_t(first) * in * 2; break;
+      case WKind::F32: v.w = w + size_t(first) * in * 4; break;
+      case WKind::FP8: v.w = w + size_t(first) * in; v.s = s + size_t(first / 32) * ((in + 31) / 32); break;
+      case WKind::FP4: v.w = w + size_t(first) * (in / 2); v.s = s + size_t(first) * (in / 32); break;
+      case WKind::None: break;
+    }
+    return v;
+  }
 };
 
 struct HcWeights { std::vector<float> fn, base, scale; };
 
 struct LayerWeights {
-  // attention
+  // attention (tensor parallel: wq_b, attn_sink and wo_a hold a rank's heads and output groups only)
   Linear wq_a, wq_b, wkv, wo_a, wo_b;
+  int head_first = 0, group_first = 0;
   std::vector<float> q_norm, kv_norm, attn_sink, attn_norm, ffn_norm;
   // compressor and indexer (by role)
   Linear c_wkv, c_wgate, i_wk, i_wq_b, i_wproj;
@@ -75,12 +91,14 @@ struct LayerWeights {
   // MoE
   Linear gate;
   std::vector<float> gate_bias, gate_bias_vl;
-  std::vector<std::array<Linear, 3>> experts;  // w1, w2, w3
+  std::vector<std::array<Linear, 3>> experts;  // w1, w2, w3 of experts expert_first, expert_first + 1, ...
+  int expert_first = 0;                        // > 0 or fewer than all: a rank's share (parallel::Plan)
   std::array<Linear, 3> shared;
   // Engram
   const uint8_t* engram_table = nullptr;        // E4M3 [rows, head_dim]
   const uint8_t* engram_table_scale = nullptr;  // UE8M0 [rows, head_dim/32]
-  int64_t engram_rows = 0;
+  int64_t engram_rows = 0;                      // rows held: engram_row_first .. + engram_rows
+  int64_t engram_row_first = 0;                 // > 0 or fewer than the table's: a rank's share (parallel::Plan)
   Linear engram_wkv;
   std::vector<float> engram_qk;  // q_weight * k_weight in FP32, [hc, d]
   // DSpark stage extras
@@ -105,7 +123,8 @@ struct VisionWeights {
 };
 
 struct Weights {
-  Linear embed, head;
+  Linear embed, head;  // head: vocabulary rows head_first .. head_first + head.out
+  int head_first = 0;
   std::vector<float> norm;
   std::vector<LayerWeights> layers;  // backbone then DSpark stages
   VisionWeights vision;              // empty without a vision_config
@@ -187,14 +206,22 @@ struct Binder {
 
 }  // namespace detail
 
-// Binds views after check_checkpoint passed. `ck` must outlive the returned Weights.
-inline Result<Weights> bind_weights(const st::Checkpoint& ck, const ModelShape& s) {
+// Binds views after check_checkpoint passed. `ck` must outlive the returned Weights. plan: bind only what its rank
+// holds (its routed experts, its head rows); null: everything.
+inline Result<Weights> bind_weights(const st::Checkpoint& ck, const ModelShape& s, const parallel::Plan* plan = nullptr) {
   DSV41_TRY(check_checkpoint(ck, s));
   detail::Binder b{ck, {}};
   Weights w;
   const int d = s.hidden_size, H = s.num_attention_heads, D = s.head_dim, I = s.moe_intermediate_size;
   w.embed = b.lin("embed", WKind::BF16, s.vocab_size, d);
   w.head = b.lin("head", WKind::BF16, s.vocab_size, d);
+  if (plan && w.head.w && plan->vocab.size() != s.vocab_size) {  // a view of the rank's rows
+    w.head_first = plan->vocab.begin;
+    w.head = w.head.rows(plan->vocab.begin, plan->vocab.size());
+  }
+  const bool split_heads = plan && plan->heads.size() != H;
+  if (split_heads && (D % 32 || s.o_lora_rank % 32))
+    return error(Code::unsupported, "parallel: heads split only where head_dim and o_lora_rank are multiples of 32");
   w.norm = b.vec("norm.weight");
   for (const auto& r : make_schedule(s)) {
     const std::string p = weight_prefix(s, r.id) + ".";
@@ -207,6 +234,14 @@ inline Result<Weights> bind_weights(const st::Checkpoint& ck, const ModelShape& 
     L.q_norm = b.vec(p + "attn.q_norm.weight");
     L.kv_norm = b.vec(p + "attn.kv_norm.weight");
     L.attn_sink = b.vec(p + "attn.attn_sink");
+    if (split_heads && L.wq_b.w && L.wo_a.w && L.attn_sink.size() == size_t(H)) {  // the rank's heads and groups
+      const parallel::Range h = plan->heads, g = plan->groups;
+      L.head_first = h.begin;
+      L.group_first = g.begin;
+      L.wq_b = L.wq_b.rows(h.begin * D, h.size() * D);
+      L.wo_a = L.wo_a.rows(g.begin * s.o_lora_rank, g.size() * s.o_lora_rank);
+      L.attn_sink = std::vector<float>(L.attn_sink.begin() + h.begin, L.attn_sink.begin() + h.end);
+    }
     L.attn_norm = b.vec(p + "attn_norm.weight");
     L.ffn_norm = b.vec(p + "ffn_norm.weight");
     L.hc_attn = {b.vec(p + "hc_attn_fn"), b.vec(p + "hc_attn_base"), b.vec(p + "hc_attn_scale")};
@@ -225,7 +260,9 @@ inline Result<Weights> bind_weights(const st::Checkpoint& ck, const ModelShape& 
     L.gate = b.lin(p + "ffn.gate", WKind::BF16, r.n_experts, d);
     L.gate_bias = b.vec(p + "ffn.gate.bias");
     if (s.has_vision && !r.dspark) L.gate_bias_vl = b.vec(p + "ffn.gate.bias_vl");
-    for (int e = 0; e < r.n_experts; ++e) {
+    const parallel::Range held = plan ? plan->experts_of(r) : parallel::Range{0, r.n_experts};
+    L.expert_first = held.begin;
+    for (int e = held.begin; e < held.end; ++e) {
       const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
       L.experts.push_back({b.lin(q + "w1", WKind::FP4, I, d), b.lin(q + "w2", WKind::FP4, d, I),
                            b.lin(q + "w3", WKind::FP4, I, d)});
@@ -235,7 +272,12 @@ inline Result<Weights> bind_weights(const st::Checkpoint& ck, const ModelShape& 
     if (r.engram_slot >= 0) {
       L.engram_table = b.raw(p + "engram.embed.weight");
       L.engram_table_scale = b.raw(p + "engram.embed.scale");
-      L.engram_rows = s.engram_num_embeddings[r.engram_slot];
+      const parallel::Range64 rows =
+          plan ? plan->engram_rows(s.engram_num_embeddings[r.engram_slot]) : parallel::Range64{0, s.engram_num_embeddings[r.engram_slot]};
+      L.engram_row_first = rows.begin;
+      L.engram_rows = rows.size();
+      if (L.engram_table) L.engram_table += size_t(rows.begin) * s.engram_head_dim;
+      if (L.engram_table_scale) L.engram_table_scale += size_t(rows.begin) * (s.engram_head_dim / 32);
       L.engram_wkv = b.lin(p + "engram.wkv", WKind::FP8, d * (s.hc_mult + 1), s.n_engram_cols() * s.engram_head_dim);
       auto q = b.vec(p + "engram.q_weight"), k = b.vec(p + "engram.k_weight");
       L.engram_qk.resize(q.size());

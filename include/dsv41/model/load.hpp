@@ -14,6 +14,8 @@
 #include <dsv41/engram/hash.hpp>
 #include <dsv41/engram/token_map.hpp>
 #include <dsv41/io/safetensors.hpp>
+#include <dsv41/parallel/communicator.hpp>
+#include <dsv41/parallel/partition.hpp>
 #include <dsv41/text/engram_vocabulary.hpp>
 #include <dsv41/text/tokenizer.hpp>
 
@@ -23,6 +25,12 @@ namespace dsv41 {
 struct LoadOptions {
   bool (*progress)(void* ctx, float fraction, const char* stage) = nullptr;
   void* ctx = nullptr;
+  // Several ranks (issue 16): this model is rank comm->rank() of comm->size(); it binds (and uploads) only what
+  // parallel::make_plan gives the rank and combines through comm, which must outlive the model. Null: one rank.
+  parallel::Communicator* comm = nullptr;
+  // With comm: split the attention heads over the ranks too, on output-projection group boundaries (tensor
+  // parallel; the CPU backend only; o_groups must divide over the ranks).
+  bool split_attention = false;
 };
 
 namespace detail {
@@ -136,13 +144,16 @@ namespace detail {
 // A model directory read and bound on the host: the backend builds its ops from it.
 struct LoadedDirectory {
   ModelShape shape;
+  parallel::Plan plan;  // world 1 unless LoadOptions::comm
   std::unique_ptr<st::Checkpoint> checkpoint;  // memory-mapped; the weights below view into it
   Weights weights;
   EngramSetup engram;
 };
 
+// split: what the backend splits over ranks (parallel::PlanSizes' flags), when opt.comm is set.
 template <class Config>
-Result<std::unique_ptr<LoadedDirectory>> load_directory(const std::string& dir, const LoadOptions& opt) {
+Result<std::unique_ptr<LoadedDirectory>> load_directory(const std::string& dir, const LoadOptions& opt,
+                                                        parallel::PlanSizes split = {}) {
   auto report = [&](float f, const char* what) { return !opt.progress || opt.progress(opt.ctx, f, what); };
   auto d = std::make_unique<LoadedDirectory>();
   auto shape = load_config(dir + "/config.json");
@@ -150,12 +161,17 @@ Result<std::unique_ptr<LoadedDirectory>> load_directory(const std::string& dir, 
   d->shape = std::move(shape).value();
   if constexpr (!std::is_same_v<Config, configs::Dynamic>)
     DSV41_TRY(compare_shapes(d->shape, configs::to_shape<Config>()));
+  if (opt.comm) {
+    auto plan = parallel::make_plan(d->shape, opt.comm->size(), opt.comm->rank(), split);
+    if (!plan.ok()) return plan.status();
+    d->plan = *plan;
+  }
   if (!report(0.1f, "checkpoint")) return error(Code::cancelled, "load cancelled");
   auto ck = st::Checkpoint::open(dir);
   if (!ck.ok()) return ck.status();
   d->checkpoint = std::make_unique<st::Checkpoint>(std::move(ck).value());
   if (!report(0.3f, "weights")) return error(Code::cancelled, "load cancelled");
-  auto w = bind_weights(*d->checkpoint, d->shape);
+  auto w = bind_weights(*d->checkpoint, d->shape, opt.comm ? &d->plan : nullptr);
   if (!w.ok()) return w.status();
   d->weights = std::move(w).value();
   if (!report(0.4f, "engram")) return error(Code::cancelled, "load cancelled");

@@ -68,13 +68,17 @@ class Model {
 
   // Loads dir (config.json, safetensors, Engram token map) and builds the backend on ctx.
   static Result<std::unique_ptr<Model>> load(const std::string& dir, Context ctx, const LoadOptions& opt = {}) {
-    auto d = detail::load_directory<Config>(dir, opt);
+    parallel::PlanSizes split;
+    split.split_head = Ops::splits_head;
+    split.split_attention = opt.split_attention;
+    auto d = detail::load_directory<Config>(dir, opt, split);
     if (!d.ok()) return d.status();
     std::unique_ptr<Model> m(new Model());
     m->dir_ = std::move(d).value();
     auto ops = Ops::create(m->dir_->shape, m->dir_->weights, std::move(m->dir_->engram), ctx);
     if (!ops.ok()) return ops.status();
     m->ops_ = std::move(ops).value();
+    if (opt.comm) DSV41_TRY(m->ops_->set_parallel(m->dir_->plan, opt.comm));
     if constexpr (!Ops::keeps_host_weights) m->dir_.reset();  // uploaded: the mapping is no longer needed
     if (opt.progress && !opt.progress(opt.ctx, 1.0f, "ready")) return error(Code::cancelled, "load cancelled");
     return Result<std::unique_ptr<Model>>(std::move(m));  // nvcc does not move into Result<T> implicitly

@@ -16,6 +16,8 @@
 #include <dsv41/blocks/weights.hpp>
 #include <dsv41/config/model_shape.hpp>
 #include <dsv41/config/schedule.hpp>
+#include <dsv41/core/status.hpp>
+#include <dsv41/parallel/communicator.hpp>
 
 namespace dsv41::cpu {
 
@@ -33,6 +35,7 @@ struct IndexHandoff {
 };
 
 // One layer's attention within a forward: its role, weights, RoPE table, and the rows at positions p0..p0+S−1.
+// Tensor parallel: w holds heads [w.head_first, + heads()) only; q and o hold those heads.
 struct AttnLayer {
   const ModelShape& s;
   const LayerRole& role;
@@ -41,6 +44,7 @@ struct AttnLayer {
   const ForwardHooks* hooks;
   int S = 0;
   int64_t p0 = 0;
+  int heads() const { return int(w.attn_sink.size()); }
 };
 
 // The intermediate values of one layer's attention.
@@ -99,7 +103,7 @@ inline std::vector<char> candidate_mask(const float* score, int n, int n_vis, in
 // §4.2 queries: q = wq_b(norm(wq_a x)) with RoPE at each row's position.
 inline void queries(const AttnLayer& c, const float* x, AttentionWork& w) {
   const ModelShape& s = c.s;
-  const int S = c.S, H = s.num_attention_heads, D = s.head_dim;
+  const int S = c.S, H = c.heads(), D = s.head_dim;
   std::vector<float> tmp(size_t(S) * s.q_lora_rank);
   w.qr.resize(size_t(S) * s.q_lora_rank);
   linear(c.w.wq_a, x, S, tmp.data());
@@ -241,7 +245,7 @@ inline std::vector<int32_t> index_select(const AttnLayer& c, const LayerState& s
 inline void sparse_attention(const AttnLayer& c, SequenceState& st, const IndexHandoff& sh, AttentionWork& w,
                              bool reads_compressed, const StackPass& pass) {
   const ModelShape& s = c.s;
-  const int S = c.S, H = s.num_attention_heads, D = s.head_dim, W = s.sliding_window, K = s.index_topk;
+  const int S = c.S, H = c.heads(), D = s.head_dim, W = s.sliding_window, K = s.index_topk;
   const int64_t p0 = c.p0;
   LayerState& ls = st.layers[size_t(c.role.id)];
   const std::vector<int32_t>* lists = reads_compressed ? &sh.lists[size_t(c.role.index_source)] : nullptr;
@@ -286,19 +290,35 @@ inline void sparse_attention(const AttnLayer& c, SequenceState& st, const IndexH
     std::copy_n(w.packed.data() + size_t(t) * we, we, ls.ring.data() + size_t((p0 + t) % W) * we);
 }
 
-// Grouped low-rank output: u_g = o_g · wo_a_gᵀ (BF16, no activation quant), then wo_b (FP8).
-inline void output_projection(const ModelShape& s, const LayerWeights& w, const float* o, int S, float* out) {
-  const int H = s.num_attention_heads, D = s.head_dim, G = s.o_groups, R = s.o_lora_rank, gw = H * D / G;
-  std::vector<float> u(size_t(S) * G * R), rowbuf(static_cast<size_t>(gw));
-  for (int g = 0; g < G; ++g)
+// Grouped low-rank output: u_g = o_g · wo_a_gᵀ (BF16, no activation quant), then wo_b (FP8). o [S, heads held, D].
+// Tensor parallel: w holds groups [group_first, + wo_a.out / R) (their heads are o's); comm gathers every rank's
+// u_g (each computed by one rank: exact) and every rank applies the whole wo_b.
+inline Status output_projection(const ModelShape& s, const LayerWeights& w, const float* o, int S, float* out,
+                                parallel::Communicator* comm = nullptr) {
+  const int G = s.o_groups, R = s.o_lora_rank, Gl = w.wo_a.out / R, gw = s.num_attention_heads / G * s.head_dim;
+  const int Hd = Gl * gw;  // o's row width
+  if (Gl != G && (!comm || Gl * comm->size() != G))
+    return error(Code::invalid_argument, "output projection: a share of the groups and no matching communicator");
+  std::vector<float> u(size_t(S) * Gl * R), rowbuf(static_cast<size_t>(gw));
+  for (int g = 0; g < Gl; ++g)
     for (int rr = 0; rr < R; ++rr) {
       w.wo_a.row(g * R + rr, rowbuf.data());
       for (int t = 0; t < S; ++t) {
-        const float* og = o + size_t(t) * H * D + size_t(g) * gw;
-        u[size_t(t) * G * R + size_t(g) * R + rr] = bf16(dot(og, rowbuf.data(), gw));
+        const float* og = o + size_t(t) * Hd + size_t(g) * gw;
+        u[size_t(t) * Gl * R + size_t(g) * R + rr] = bf16(dot(og, rowbuf.data(), gw));
       }
     }
+  if (Gl != G) {  // [rank][S][Gl·R] -> [S][G·R], rank r's groups at r·Gl
+    std::vector<float> all(size_t(S) * G * R), full(size_t(S) * G * R);
+    DSV41_TRY(comm->all_gather(u.data(), all.data(), u.size(), parallel::Elem::f32, nullptr));
+    for (int r = 0; r < comm->size(); ++r)
+      for (int t = 0; t < S; ++t)
+        std::copy_n(all.data() + (size_t(r) * S + t) * Gl * R, size_t(Gl) * R,
+                    full.data() + size_t(t) * G * R + size_t(r) * Gl * R);
+    u = std::move(full);
+  }
   linear(w.wo_b, u.data(), S, out);
+  return Status::Ok();
 }
 
 }  // namespace dsv41::cpu

@@ -4,6 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <new>
 #include <span>
 #include <string>
@@ -26,6 +27,8 @@
 #include <dsv41/config/schedule.hpp>
 #include <dsv41/core/status.hpp>
 #include <dsv41/engram/hash.hpp>
+#include <dsv41/parallel/communicator.hpp>
+#include <dsv41/parallel/partition.hpp>
 
 namespace dsv41::cpu {
 
@@ -39,6 +42,7 @@ class Ops {
   static constexpr bool on_host = true;            // states and outputs in host memory
   static constexpr bool keeps_host_weights = true; // computes on the checkpoint's mapping
   static constexpr bool batches_decode = false;    // a decode step runs its sequences one by one
+  static constexpr bool splits_head = true;        // parallel: each rank computes its vocabulary rows' logits
 
   // Where a forward's logits go: the caller's ForwardResult.
   struct LogitsSink {
@@ -98,6 +102,33 @@ class Ops {
 
   const ModelShape& shape() const { return s_; }
   const std::vector<LayerRole>& schedule() const { return sched_; }
+
+  // Runs as rank plan.rank of plan.world (issue 16): the weights hold the plan's routed experts, Engram table rows,
+  // head rows and (LoadOptions::split_attention) attention heads (bind_weights with the plan); comm combines them. Every rank computes everything else, so every
+  // rank ends with the same streams and logits. comm must outlive the ops.
+  Status set_parallel(const parallel::Plan& plan, parallel::Communicator* comm) {
+    if (!comm || comm->size() != plan.world || comm->rank() != plan.rank)
+      return error(Code::invalid_argument, "parallel: the communicator is not the plan's rank");
+    if (w_.head_first != plan.vocab.begin || w_.head.out != plan.vocab.size())
+      return error(Code::invalid_argument, "parallel: the head's rows are not the plan's");
+    for (size_t l = 0; l < sched_.size(); ++l) {
+      const LayerWeights& L = w_.layers[l];
+      const parallel::Range r = plan.experts_of(sched_[l]);
+      if (L.expert_first != r.begin || int(L.experts.size()) != r.size())
+        return error(Code::invalid_argument, "parallel: layer " + std::to_string(l) + "'s experts are not the plan's");
+      if (L.head_first != plan.heads.begin || int(L.attn_sink.size()) != plan.heads.size() ||
+          L.group_first != plan.groups.begin || L.wo_a.out != plan.groups.size() * s_.o_lora_rank)
+        return error(Code::invalid_argument, "parallel: layer " + std::to_string(l) + "'s heads are not the plan's");
+      const int slot = sched_[l].engram_slot;
+      if (slot >= 0 && parallel::Range64{L.engram_row_first, L.engram_row_first + L.engram_rows} !=
+                           plan.engram_rows(s_.engram_num_embeddings[size_t(slot)]))
+        return error(Code::invalid_argument, "parallel: layer " + std::to_string(l) + "'s Engram rows are not the plan's");
+    }
+    par_ = plan;
+    comm_ = comm;
+    return Status::Ok();
+  }
+  const parallel::Plan& parallel_plan() const { return par_; }
 
   SequenceState new_sequence(int64_t max_positions) const { return SequenceState(s_, max_positions); }
   Status drop_windows(SequenceState& st) const {
@@ -271,8 +302,7 @@ class Ops {
     if (!b.logits) return Status::Ok();
     const int first = b.all_logits ? 0 : b.S - 1;
     b.logits->assign(size_t(b.S - first) * s_.vocab_size, 0.f);
-    head(b.H.data(), b.pre.data(), first, b.S, b.logits->data());
-    return Status::Ok();
+    return head_rows(b.H.data(), b.pre.data(), first, b.S, b.logits->data());
   }
 
   Status observe_taps(Batch& b) const {
@@ -300,9 +330,9 @@ class Ops {
 
   Status engram(int l, Batch& b) const {
     const int cols = int(plan_.cols()), stride = int(plan_.n_layers()) * cols;
-    cpu::engram(s_, w_.layers[size_t(l)], b.hash.data() + size_t(sched_[size_t(l)].engram_slot) * cols, stride,
-                b.ids.data(), b.H.data(), b.S);
-    return Status::Ok();
+    const int slot = sched_[size_t(l)].engram_slot;
+    return cpu::engram(s_, w_.layers[size_t(l)], b.hash.data() + size_t(slot) * cols, stride, b.ids.data(), b.H.data(),
+                       b.S, s_.engram_num_embeddings[size_t(slot)], comm_);
   }
 
   // §4.9 the DSpark tap of a target layer: the mean of the streams, BF16.
@@ -334,8 +364,7 @@ class Ops {
     return Status::Ok();
   }
   Status moe(int l, const int32_t* tokens, const float* x, float* out, int rows) const {
-    cpu::moe(s_, sched_[size_t(l)], w_.layers[size_t(l)], x, tokens, rows, out);
-    return Status::Ok();
+    return cpu::moe(s_, sched_[size_t(l)], w_.layers[size_t(l)], x, tokens, rows, out, comm_);
   }
 
   // ---- CSA2 attention ----
@@ -365,8 +394,7 @@ class Ops {
     return Status::Ok();
   }
   Status output_projection(int l, Batch& b, AttentionWork& w, float* out) const {
-    cpu::output_projection(s_, w_.layers[size_t(l)], w.o.data(), b.S, out);
-    return Status::Ok();
+    return cpu::output_projection(s_, w_.layers[size_t(l)], w.o.data(), b.S, out, comm_);
   }
 
   // ---- DSpark ----
@@ -389,8 +417,8 @@ class Ops {
 
   // DSpark stage attention: block rows at positions p+1.. attend to the ring (positions ≤ p) and every block row.
   Status draft_attention(const SequenceState& st, int l, const float* x, int64_t p, float* out) const {
-    const int B = s_.dspark_block_size, H = s_.num_attention_heads, D = s_.head_dim, W = s_.sliding_window;
     const LayerWeights& w = w_.layers[size_t(l)];
+    const int B = s_.dspark_block_size, H = int(w.attn_sink.size()), D = s_.head_dim, W = s_.sliding_window;
     const RopeTable& rope = ropes_[size_t(l)];
     std::vector<float> tmp(size_t(B) * s_.q_lora_rank), qr(size_t(B) * s_.q_lora_rank), q(size_t(B) * H * D);
     linear(w.wq_a, x, B, tmp.data());
@@ -419,8 +447,7 @@ class Ops {
       cpu::sparse_attention(q.data() + size_t(i) * H * D, H, D, entries, w.attn_sink.data(), scale, oi);
       for (int h = 0; h < H; ++h) rope.apply(oi + size_t(h) * D, D, p + 1 + i, true);
     }
-    cpu::output_projection(s_, w, o.data(), B, out);
-    return Status::Ok();
+    return cpu::output_projection(s_, w, o.data(), B, out, comm_);
   }
 
   // The drafts: shared head on the last stage's collapsed, normed rows, plus the Markov bias of the previous
@@ -434,7 +461,7 @@ class Ops {
     rmsnorm(xb.data(), last.norm.data(), B, d, float(s_.rms_norm_eps), xn.data());
     const int V = s_.vocab_size, R = s_.dspark_markov_rank;
     out.logits.assign(size_t(B) * V, 0.f);
-    linear(w_.head, xn.data(), B, out.logits.data(), Lin::F32);
+    DSV41_TRY(head_logits(xn.data(), B, out.logits.data()));
     out.ids.assign(size_t(B) + 1, 0);
     out.confidence.assign(size_t(B), 0.f);
     out.ids[0] = dw.y;
@@ -464,15 +491,37 @@ class Ops {
     return Status::Ok();
   }
 
-  // The final collapse, norm and head of rows [first, last) of H [.., hc, d]; logits FP32.
+  // The final collapse, norm and head of rows [first, last) of H [.., hc, d]; logits FP32. (A collective failing
+  // leaves NaN logits: the golden check's entry point, without a Status.)
   void head(const float* H, const float* pre, int first, int last, float* logits) const {
+    if (!head_rows(H, pre, first, last, logits).ok())
+      std::fill_n(logits, size_t(last - first) * s_.vocab_size, std::numeric_limits<float>::quiet_NaN());
+  }
+  Status head_rows(const float* H, const float* pre, int first, int last, float* logits) const {
     const int hc = s_.hc_mult, d = s_.hidden_size;
     std::vector<float> x(size_t(last - first) * d), tmp(static_cast<size_t>(d));
     for (int t = first; t < last; ++t) {
       hc_pre(H + size_t(t) * hc * d, pre + size_t(t) * hc, hc, d, tmp.data());
       rmsnorm(tmp.data(), w_.norm.data(), 1, d, float(s_.rms_norm_eps), x.data() + size_t(t - first) * d);
     }
-    linear(w_.head, x.data(), last - first, logits, Lin::F32);
+    return head_logits(x.data(), last - first, logits);
+  }
+
+  // logits [M, V] FP32 of normed rows x [M, d]. Parallel: this rank's vocabulary rows, gathered from every rank
+  // (each logit is one rank's dot product: the bits of one rank).
+  Status head_logits(const float* x, int M, float* logits) const {
+    const int V = s_.vocab_size, n = w_.head.out;
+    if (!comm_ || n == V) {
+      linear(w_.head, x, M, logits, Lin::F32);
+      return Status::Ok();
+    }
+    std::vector<float> mine(size_t(M) * n), all(size_t(comm_->size()) * M * n);
+    linear(w_.head, x, M, mine.data(), Lin::F32);
+    DSV41_TRY(comm_->all_gather(mine.data(), all.data(), mine.size(), parallel::Elem::f32, nullptr));
+    for (int r = 0; r < comm_->size(); ++r)  // [rank][M][n] -> [M][rank·n + j]
+      for (int m = 0; m < M; ++m)
+        std::copy_n(all.data() + (size_t(r) * M + m) * n, n, logits + size_t(m) * V + size_t(r) * n);
+    return Status::Ok();
   }
 
  private:
@@ -515,6 +564,8 @@ class Ops {
 
   const ModelShape& s_;
   const Weights& w_;
+  parallel::Plan par_;                       // world 1 unless set_parallel
+  parallel::Communicator* comm_ = nullptr;
   std::vector<LayerRole> sched_;
   std::vector<RopeTable> ropes_;
   std::vector<int32_t> token_map_;

@@ -28,8 +28,9 @@ struct DLayer {
   // routed experts, each matrix kind packed over experts at fixed strides (bytes)
   const uint8_t *ew1 = nullptr, *es1 = nullptr, *ew3 = nullptr, *es3 = nullptr, *ew2 = nullptr, *es2 = nullptr;
   int64_t w13_stride = 0, s13_stride = 0, w2_stride = 0, s2_stride = 0;
+  int expert_first = 0, experts_held = 0;  // the packed experts: expert_first .. + experts_held (a rank's share)
   const uint8_t *engram_table = nullptr, *engram_scale = nullptr;
-  int64_t engram_rows = 0;
+  int64_t engram_rows = 0, engram_row_first = 0;  // rows held: engram_row_first .. + engram_rows
   const float* rope_freqs = nullptr;  // [qk_rope_head_dim / 2]
 };
 

@@ -26,6 +26,8 @@
 #include <dsv41/blocks/weights.hpp>
 #include <dsv41/config/dims.hpp>
 #include <dsv41/config/presets.hpp>
+#include <dsv41/parallel/communicator.hpp>
+#include <dsv41/parallel/partition.hpp>
 
 namespace dsv41::gpu {
 
@@ -43,6 +45,7 @@ class Ops : public DsparkOps {
   static constexpr bool on_host = false;
   static constexpr bool keeps_host_weights = false;  // uploaded once at creation
   static constexpr bool batches_decode = true;
+  static constexpr bool splits_head = false;  // parallel: every rank computes every logit (the head is not split)
   // The kernel-relevant sizes: compile-time for a preset (its hot kernels are instantiated for them), runtime for
   // configs::Dynamic.
   using Sizes = Dims<Config>;
@@ -65,6 +68,29 @@ class Ops : public DsparkOps {
 
   using DsparkOps::head;
   using DsparkOps::markov_bias;
+
+  // Runs as rank plan.rank of plan.world (issue 16): the uploaded weights hold the plan's routed experts and Engram
+  // table rows; the MoE and Engram combine them through comm (NcclComm over the caller's ncclComm_t, on this
+  // model's stream). Attention and the head are not split. comm must outlive the ops.
+  Status set_parallel(const parallel::Plan& plan, parallel::Communicator* comm) {
+    if (!comm || comm->size() != plan.world || comm->rank() != plan.rank)
+      return error(Code::invalid_argument, "parallel: the communicator is not the plan's rank");
+    if (plan.heads.size() != s_.num_attention_heads || plan.vocab.size() != s_.vocab_size)
+      return error(Code::unsupported, "parallel: the CUDA backend splits only the routed experts");
+    for (size_t l = 0; l < sched_.size(); ++l) {
+      const parallel::Range r = plan.experts_of(sched_[l]);
+      if (layers_[l].expert_first != r.begin || layers_[l].experts_held != r.size())
+        return error(Code::invalid_argument, "parallel: layer " + std::to_string(l) + "'s experts are not the plan's");
+      const int slot = sched_[l].engram_slot;
+      if (slot >= 0 && parallel::Range64{layers_[l].engram_row_first, layers_[l].engram_row_first + layers_[l].engram_rows} !=
+                           plan.engram_rows(s_.engram_num_embeddings[size_t(slot)]))
+        return error(Code::invalid_argument, "parallel: layer " + std::to_string(l) + "'s Engram rows are not the plan's");
+    }
+    par_ = plan;
+    comm_ = comm;
+    return Status::Ok();
+  }
+  const parallel::Plan& parallel_plan() const { return par_; }
 
   Status check_state(const DeviceSequence& st) const {
     if (!owns(st) || st.layers.size() != sched_.size())
@@ -299,7 +325,7 @@ class Ops : public DsparkOps {
 
   Status engram(int l, Batch& b) const {
     mark("engram");
-    return UnitOps::engram(layers_[size_t(l)], sched_[size_t(l)].engram_slot, b.in.hash, b.in.ids, b.H, b.now);
+    return UnitOps::engram(layers_[size_t(l)], sched_[size_t(l)].engram_slot, b.in.hash, b.in.ids, b.H, b.now, comm_);
   }
 
   Status dspark_tap(int l, Batch& b) const {
@@ -316,7 +342,7 @@ class Ops : public DsparkOps {
   Status mhc_post(int, const Streams& s, BlockWork& w) const { return mhc_last(s, w); }
   Status moe(int l, const int32_t* tokens, const bf16_t* x, bf16_t* out, int rows) const {
     mark("moe");
-    return moe_rows(sched_[size_t(l)], layers_[size_t(l)], x, tokens, rows, out);
+    return moe_rows(sched_[size_t(l)], layers_[size_t(l)], x, tokens, rows, out, comm_);
   }
 
   // ---- CSA2 attention ----
@@ -356,6 +382,8 @@ class Ops : public DsparkOps {
   Ops(const ModelShape& s, engram::Setup eg, cudaStream_t stream) : DsparkOps(s, std::move(eg), stream) {}
 
   VisionModel vision_;  // SPEC §4.10 the vision tower, aligner and image_* vectors (empty without vision)
+  parallel::Plan par_;                      // world 1 unless set_parallel
+  parallel::Communicator* comm_ = nullptr;
 
   // The batch's inputs on the device, its residual streams and taps.
   Status start(Batch& b, std::span<const int32_t> ids, std::span<const std::span<const int32_t>> histories,

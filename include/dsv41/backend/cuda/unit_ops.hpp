@@ -26,8 +26,10 @@ class UnitOps : public HookCopies {
  protected:
   using HookCopies::HookCopies;
 
-  // §4.7 Engram on all streams of H [S, hc, d].
-  Status engram(const DLayer& w, int slot, const int64_t* d_hash, const int32_t* d_ids, bf16_t* H, int S) const {
+  // §4.7 Engram on all streams of H [S, hc, d]. comm: the table's rows are split over ranks; each rank gathers
+  // the rows it holds (zeros elsewhere) and comm sums them (one holder per row: exact).
+  Status engram(const DLayer& w, int slot, const int64_t* d_hash, const int32_t* d_ids, bf16_t* H, int S,
+                parallel::Communicator* comm = nullptr) const {
     const int hc = s_.hc_mult, d = s_.hidden_size, hd = s_.engram_head_dim, cols = int(plan_.cols());
     const int stride = int(plan_.n_layers()) * cols, K = cols * hd;
     Scratch sc(pool_, stream_);
@@ -35,8 +37,9 @@ class UnitOps : public HookCopies {
     DSV41_TRY(sc.get(rows, size_t(S) * K));
     DSV41_TRY(sc.get(kv, size_t(S) * (hc + 1) * d));
     glue::engram_gather_kernel<<<glue::blocks_for(int64_t(S) * K), glue::kThreads, 0, stream_>>>(
-        d_hash, stride, slot * cols, cols, hd, w.engram_table, w.engram_scale, w.engram_rows, S, rows);
+        d_hash, stride, slot * cols, cols, hd, w.engram_table, w.engram_scale, w.engram_rows, S, rows, w.engram_row_first);
     DSV41_TRY(launch_status("engram gather"));
+    if (comm) DSV41_TRY(comm->all_reduce_sum(rows, size_t(S) * K, parallel::Elem::bf16, stream_));
     uint8_t *xc = nullptr, *xe = nullptr;
     DSV41_TRY(act_quant(rows, S, K, xc, xe, sc));
     DSV41_TRY(linear_fp8(xc, xe, S, w.engram_wkv, kv, int64_t(hc + 1) * d));
@@ -126,8 +129,9 @@ class UnitOps : public HookCopies {
     return launch_status("hc_post");
   }
 
-  // §4.6 MoE of x [S, d] into out [S, d].
-  Status moe_rows(const LayerRole& role, const DLayer& w, const bf16_t* x, const int32_t* d_tokens, int S, bf16_t* out) const {
+  // §4.6 MoE of x [S, d] into out [S, d]. comm: expert parallel over the layer's held experts (kernels/moe.cuh).
+  Status moe_rows(const LayerRole& role, const DLayer& w, const bf16_t* x, const int32_t* d_tokens, int S, bf16_t* out,
+                  parallel::Communicator* comm = nullptr) const {
     MoeShape ms;
     ms.T = S;
     ms.d = s_.hidden_size;
@@ -137,6 +141,8 @@ class UnitOps : public HookCopies {
     ms.route_scale = float(s_.routed_scaling_factor);
     ms.limit = float(s_.swiglu_limit);
     ms.norm_topk = s_.norm_topk_prob;
+    ms.e_begin = w.expert_first;
+    ms.e_end = w.expert_first + w.experts_held;
     MoeWeights mw;
     mw.gate = w.gate.bf16();
     mw.bias = w.gate_bias;
@@ -155,7 +161,7 @@ class UnitOps : public HookCopies {
     const size_t wsb = moe_workspace_bytes(ms);
     uint8_t* ws = nullptr;
     DSV41_TRY(sc.get(ws, wsb));
-    return gpu::moe(ms, mw, x, out, ws, wsb, stream_);
+    return gpu::moe(ms, mw, x, out, ws, wsb, stream_, comm);
   }
 
 };

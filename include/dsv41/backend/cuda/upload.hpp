@@ -87,9 +87,12 @@ class WeightUpload {
       DSV41_TRY(up_experts(h.experts, 0, L.ew1, L.es1, L.w13_stride, L.s13_stride));
       DSV41_TRY(up_experts(h.experts, 2, L.ew3, L.es3, L.w13_stride, L.s13_stride));
       DSV41_TRY(up_experts(h.experts, 1, L.ew2, L.es2, L.w2_stride, L.s2_stride));
+      L.expert_first = h.expert_first;
+      L.experts_held = int(h.experts.size());
       if (h.engram_table) {
         const int hd = shape.engram_head_dim;
         L.engram_rows = h.engram_rows;
+        L.engram_row_first = h.engram_row_first;
         DSV41_TRY(wmem_.upload(L.engram_table, h.engram_table, size_t(h.engram_rows) * hd, *up_));
         DSV41_TRY(wmem_.upload(L.engram_scale, h.engram_table_scale, size_t(h.engram_rows) * (hd / 32), *up_));
       }

@@ -28,15 +28,17 @@ __global__ void embed_kernel(const bf16_t* __restrict__ embed, const int32_t* __
 
 // rows[t, c, i] = bf16(e4m3(table[rid, i]) · 2^scale[rid, i/32]), zeros for an id outside the table.
 template <int = 0>
+// table holds rows [row0, row0 + n_rows) (a rank's share under expert/Engram parallel; 0 and all rows otherwise);
+// other rows read as zero.
 __global__ void engram_gather_kernel(const int64_t* __restrict__ ids, int stride, int col0, int cols, int hd,
                                      const uint8_t* __restrict__ table, const uint8_t* __restrict__ tscale,
-                                     int64_t n_rows, int S, bf16_t* __restrict__ out) {
+                                     int64_t n_rows, int S, bf16_t* __restrict__ out, int64_t row0 = 0) {
   const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (id >= int64_t(S) * cols * hd) return;
   const int i = int(id % hd);
   const int64_t tc = id / hd;
   const int c = int(tc % cols), t = int(tc / cols);
-  const int64_t rid = ids[int64_t(t) * stride + col0 + c];
+  const int64_t rid = ids[int64_t(t) * stride + col0 + c] - row0;
   float v = 0.f;
   if (rid >= 0 && rid < n_rows)
     v = num::e4m3_to_f32(table[rid * hd + i]) * num::ue8m0_to_f32(tscale[rid * (hd / 32) + i / 32]);

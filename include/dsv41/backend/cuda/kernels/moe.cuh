@@ -3,6 +3,9 @@
 // histogram, exclusive scan); a row-tile list per expert; grouped FP4 expert GEMMs (w1/w3 fused with the
 // SwiGLU clamp and the routing weight, then w2); the shared expert (FP8); the combine sums each token's
 // expert outputs in ascending expert id and adds the shared expert, as cpu::moe does.
+// Expert parallel (issue 16): the weights hold experts [e_begin, e_end) only; the rank computes the rows routed to
+// those, the others stay zero, and the communicator sums the rows over ranks before the combine (every rank routes
+// the same inputs, so the rows are in the same order on every rank; one writer per row: exact).
 #pragma once
 #include <cub/device/device_histogram.cuh>
 #include <cub/device/device_radix_sort.cuh>
@@ -12,6 +15,7 @@
 #include <dsv41/backend/cuda/kernels/common.cuh>
 #include <dsv41/backend/cuda/kernels/gemm.cuh>
 #include <dsv41/backend/cuda/kernels/quant.cuh>
+#include <dsv41/parallel/communicator.hpp>
 
 namespace dsv41::gpu {
 
@@ -24,6 +28,7 @@ struct MoeShape {
   float route_scale = 1.f;
   float limit = 0.f;
   bool norm_topk = true;
+  int e_begin = 0, e_end = -1;  // routed experts held (the weights' group 0 is e_begin); e_end −1: all E
 };
 
 struct MoeWeights {
@@ -242,10 +247,13 @@ __global__ void route_any_kernel(float* __restrict__ logits, const float* __rest
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) moe_tiles_kernel(const int* __restrict__ counts,
                                                             const int* __restrict__ offsets, int E,
-                                                            RowTile* __restrict__ tiles, int* __restrict__ n_tiles) {
+                                                            RowTile* __restrict__ tiles, int* __restrict__ n_tiles,
+                                                            int held0 = 0, int held1 = 0x7fffffff) {
   using Scan = cub::BlockScan<int, THREADS>;
   __shared__ typename Scan::TempStorage tmp;
-  const int per = (E + THREADS - 1) / THREADS, e0 = threadIdx.x * per, e1 = min(E, e0 + per);
+  // thread i: experts [i·per, (i+1)·per) of the held range [held0, held1)
+  const int h0 = max(held0, 0), h1 = min(held1, E), nh = max(h1 - h0, 0);
+  const int per = (nh + THREADS - 1) / THREADS, e0 = h0 + int(threadIdx.x) * per, e1 = min(h1, e0 + per);
   int local = 0;
   for (int e = e0; e < e1; ++e) local += (counts[e] + kMoeTile - 1) / kMoeTile;
   int start, total;
@@ -254,7 +262,7 @@ __global__ void __launch_bounds__(THREADS) moe_tiles_kernel(const int* __restric
     const int cnt = counts[e], nt = (cnt + kMoeTile - 1) / kMoeTile;
     for (int c = 0; c < nt; ++c) {
       RowTile rt;
-      rt.group = e;
+      rt.group = e - h0;  // the weights' group: experts are packed from held0
       rt.row0 = offsets[e] + kMoeTile * c;
       rt.rows = min(kMoeTile, cnt - kMoeTile * c);
       rt.pad = 0;
@@ -329,10 +337,14 @@ inline MoeWork moe_work(const MoeShape& s, void* workspace) {
   return w;
 }
 
+// comm: expert parallel (s.e_begin, s.e_end the rank's experts); null: one rank holding every expert.
 inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_t* out, void* workspace,
-                  size_t workspace_bytes, cudaStream_t stream) {
+                  size_t workspace_bytes, cudaStream_t stream, parallel::Communicator* comm = nullptr) {
   if (s.T < 0 || s.E <= 0 || s.k <= 0 || s.k > s.E || s.d <= 0 || s.I <= 0 || s.d % 32 || s.I % 32)
     return bad_arg("moe: bad shape (d, I multiples of 32; 1 <= k <= E)");
+  const int held0 = s.e_begin, held1 = s.e_end < 0 ? s.E : s.e_end;
+  if (held0 < 0 || held1 > s.E || held0 > held1 || (!comm && (held0 != 0 || held1 != s.E)))
+    return bad_arg("moe: a share of the experts needs a communicator");
   if (s.T == 0) return Status::Ok();
   if (workspace_bytes < moe_workspace_bytes(s)) return bad_arg("moe: workspace too small");
   MoeWork w = moe_work(s, workspace);
@@ -364,7 +376,7 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
                  "moe histogram");
   bytes = w.cub_scan_bytes;
   DSV41_CUDA_TRY(cub::DeviceScan::ExclusiveSum(w.cub_tmp, bytes, w.counts, w.offsets, s.E, stream), "moe scan");
-  detail::moe_tiles_kernel<256><<<1, 256, 0, stream>>>(w.counts, w.offsets, s.E, w.tiles, w.n_tiles);
+  detail::moe_tiles_kernel<256><<<1, 256, 0, stream>>>(w.counts, w.offsets, s.E, w.tiles, w.n_tiles, held0, held1);
   DSV41_TRY(launch_status("moe tiles"));
   detail::moe_rows_kernel<<<ceil_div(P, 256), 256, 0, stream>>>(w.vals_sorted, w.wts, P, s.k, w.row_src, w.row_w,
                                                                  w.pos_of);
@@ -380,7 +392,9 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
   SkinnyParams p2;
   p2.w1 = W.w2; p2.N = s.d; p2.K = s.I; p2.xc = w.hc; p2.xe = w.he; p2.tiles = w.tiles; p2.n_tiles = w.n_tiles;
   p2.M = P; p2.y = w.ys; p2.ldy = s.d;
+  if (comm) DSV41_CUDA_TRY(cudaMemsetAsync(w.ys, 0, size_t(P) * s.d * sizeof(bf16_t), stream), "moe rows");
   DSV41_TRY((gemm_skinny<WFmt::FP4, false>(p2, w.max_tiles, max_rows, stream)));
+  if (comm) DSV41_TRY(comm->all_reduce_sum(w.ys, size_t(P) * s.d, parallel::Elem::bf16, stream));
   // 4. shared expert (no routing weight).
   SkinnyParams q1;
   q1.w1 = W.s1; q1.w3 = W.s3; q1.N = s.I; q1.K = s.d; q1.xc = w.xc; q1.xe = w.xe; q1.M = T; q1.y = w.hs;
