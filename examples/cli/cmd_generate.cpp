@@ -69,7 +69,7 @@ struct GenerateOpts {
 };
 
 bool print_piece(void*, int32_t, std::string_view piece) {
-  std::fwrite(piece.data(), 1, piece.size(), stdout);
+  if (!piece.empty()) std::fwrite(piece.data(), 1, piece.size(), stdout);  // fwrite(NULL, 1, 0) is UB
   std::fflush(stdout);
   return true;
 }
@@ -90,7 +90,7 @@ int run_generate(void* p) {
   if (!o.no_bos && prompt.rfind(tm.chat_tokens().bos, 0) != 0) prompt = tm.chat_tokens().bos + prompt;
   auto opt = o.sampling.options();
   opt.on_text = print_piece;
-  std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
+  if (!o.prompt.empty()) std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
   const auto t0 = std::chrono::steady_clock::now();
   auto r = tm.complete(prompt, opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

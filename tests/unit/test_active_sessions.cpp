@@ -171,7 +171,7 @@ TEST_CASE("an idle state expires after the TTL (injected clock)", "[session][act
   CHECK(a.stats().entries == 0);
 }
 
-TEST_CASE("4 threads putting and taking: every state taken once, none lost", "[session][active]") {
+TEST_CASE("4 threads putting and taking: every state taken once, none lost", "[session][active][tsan]") {
   ActiveSessions<Fake> a(ActiveOptions{0, 0, 1e9, {}});
   constexpr int kThreads = 4, kEach = 300;
   std::vector<std::vector<int>> got(kThreads);

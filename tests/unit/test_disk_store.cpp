@@ -408,7 +408,7 @@ TEST_CASE("disk store: an injected write failure leaves nothing half-written", "
   CHECK(s.stats().entries == 2);
 }
 
-TEST_CASE("disk store: threads of one process share a store", "[disk_store]") {
+TEST_CASE("disk store: threads of one process share a store", "[disk_store][tsan]") {
   TempDir td;
   DiskStoreOptions o;
   o.fsync = false;

@@ -625,7 +625,7 @@ TEST_CASE("engine: requests resume from a session store and record its boundarie
   CHECK(*e.take_tokens(*id) == want);
 }
 
-TEST_CASE("engine: SharedEngine serves client threads while one thread steps", "[engine][threads]") {
+TEST_CASE("engine: SharedEngine serves client threads while one thread steps", "[engine][threads][tsan]") {
   EngineOptions o;
   o.step_tokens = 16;
   o.max_running = 3;

@@ -143,7 +143,7 @@ TEST_CASE("at_boundary on an already stored block leaves its file alone", "[sess
   fs::remove_all(dir);
 }
 
-TEST_CASE("disk store and window pool: 4 threads put and get distinct and shared keys", "[session][disk_store][window_pool]") {
+TEST_CASE("disk store and window pool: 4 threads put and get distinct and shared keys", "[session][disk_store][window_pool][tsan]") {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("dsv41_session_threads_" + std::to_string(::getpid()));
   fs::remove_all(dir);

@@ -181,7 +181,7 @@ TEST_CASE("text engine: stop strings, cancel, refusals", "[text_engine]") {
   CHECK(finished == 3);
 }
 
-TEST_CASE("text engine: client threads submit while one thread steps", "[text_engine][threads]") {
+TEST_CASE("text engine: client threads submit while one thread steps", "[text_engine][threads][tsan]") {
   EngineOptions eo;
   eo.step_tokens = 24;
   eo.max_running = 3;

@@ -189,7 +189,7 @@ TEST_CASE("window pool: a corrupted stored value is a miss and is dropped", "[wi
   CHECK(**r == bytes_of(2, 200));
 }
 
-TEST_CASE("window pool: concurrent put/get from 4 threads stays consistent", "[window_pool]") {
+TEST_CASE("window pool: concurrent put/get from 4 threads stays consistent", "[window_pool][tsan]") {
   // 64 keys, each value a function of its key; a budget of ~20 values forces eviction all the time.
   constexpr int kThreads = 4, kOps = 3000, kKeys = 64;
   auto size_of = [](int k) { return size_t(100 + 13 * k); };
