@@ -218,8 +218,9 @@ try:
     code, body = http("POST", base + "/v1/chat/completions",
                       {"messages": [{"role": "user", "content": "x" * (9 << 20)}], "max_tokens": 1})
     check(code == 413, f"body too large: {code}")
-    code, body = http("POST", base + "/v1/chat/completions", {"messages": prompt_of(0), "logprobs": True})
-    check(code == 400 and "logprobs" in json.loads(body)["error"]["message"], "logprobs: a clear 400")
+    code, body = http("POST", base + "/v1/chat/completions",
+                      {"messages": prompt_of(0), "logprobs": True, "top_logprobs": 21, "max_tokens": 1})
+    check(code == 400 and "top_logprobs" in json.loads(body)["error"]["message"], "top_logprobs 21: a clear 400")
     code, body = http("POST", base + "/v1/chat/completions", {"messages": prompt_of(0), "frobnicate": 1})
     check(code == 400 and "frobnicate" in json.loads(body)["error"]["message"], "an unknown field: a clear 400")
     r = client.chat.completions.create(model="tiny", messages=prompt_of(1), max_tokens=4, reasoning_effort="medium")
