@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <dsv41/runtime/sampler.hpp>
+#include <dsv41/runtime/text_model.hpp>
 #include <dsv41/text/chat_parse.hpp>
 
 #include "c_api_backend.hpp"
@@ -69,6 +70,7 @@ struct GenOptions {
   int max_tokens = 256;  // < 0: prefill only
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;
+  std::vector<std::string> stop_strings;
   int prefill_chunk = 64;
   dsv41_token_fn on_token = nullptr;
   void* ctx = nullptr;
@@ -87,6 +89,12 @@ Result<GenOptions> gen_options(const dsv41_generate_options* o, int32_t eos) {
   DSV41_TRY(validate(g.sampling));
   if (o->n_stop_ids > 0 && !o->stop_ids) return error(Code::invalid_argument, "stop_ids is NULL");
   for (size_t i = 0; i < o->n_stop_ids; ++i) g.stop_ids.push_back(o->stop_ids[i]);
+  if (o->n_stop_strings > 0 && !o->stop_strings) return error(Code::invalid_argument, "stop_strings is NULL");
+  for (size_t i = 0; i < o->n_stop_strings; ++i) {
+    if (!o->stop_strings[i] || !*o->stop_strings[i])
+      return error(Code::invalid_argument, "stop_strings[" + std::to_string(i) + "] is NULL or empty");
+    g.stop_strings.emplace_back(o->stop_strings[i]);
+  }
   if (o->prefill_chunk < 0) return error(Code::invalid_argument, "prefill_chunk must be >= 0");
   if (o->prefill_chunk > 0) g.prefill_chunk = o->prefill_chunk;
   g.on_token = o->on_token;
@@ -96,10 +104,17 @@ Result<GenOptions> gen_options(const dsv41_generate_options* o, int32_t eos) {
 
 // One begun generation of a session: chunked prefill of the prompt's new tokens, then one decode per token.
 struct Generation {
-  Generation(const capi::Backend& b, GenOptions o) : opt(std::move(o)), sampler(opt.sampling), dec(b.tokenizer()) {}
+  Generation(const capi::Backend& b, GenOptions o)
+      : opt(std::move(o)), sampler(opt.sampling), stream(b.tokenizer(), -1, opt.stop_strings, &Generation::piece, this) {}
+  Generation(const Generation&) = delete;  // stream points into this
+  // TextStream's output: the caller's on_token (id -1: text released at the end).
+  static bool piece(void* c, int32_t id, std::string_view p) {
+    auto* g = static_cast<Generation*>(c);
+    return !g->opt.on_token || g->opt.on_token(g->opt.ctx, id, p.data(), p.size());
+  }
   GenOptions opt;
   Sampler sampler;
-  text::Tokenizer::StreamDecoder dec;
+  text::TextStream stream;  // UTF-8 safe text, stop strings
   std::vector<int32_t> prompt;
   int64_t cached = 0, prompt_done = 0;
   bool chat = false;
@@ -164,22 +179,21 @@ Status begin_ids(dsv41_session* s, std::vector<int32_t> ids, GenOptions o, bool 
 void finish_gen(Generation& g, dsv41_finish f) {
   g.finish = f;
   if (f == DSV41_FINISH_ERROR) return;
-  const std::string rest = g.dec.flush();
-  if (rest.empty()) return;
-  g.text += rest;
-  if (g.opt.on_token) g.opt.on_token(g.opt.ctx, -1, rest.data(), rest.size());
+  if (!g.stream.stopped_by_string && !g.stream.cancelled) g.stream.finish();  // releases what was held back
+  g.text = g.stream.text;
 }
 
 // Hands token t to the caller and decides whether generation goes on.
 void emit(dsv41_session* s, Generation& g, int32_t t) {
   g.generated.push_back(t);
   const bool stop = std::find(g.opt.stop_ids.begin(), g.opt.stop_ids.end(), t) != g.opt.stop_ids.end();
-  std::string piece;
-  if (!stop) piece = g.dec.push(t);
-  g.text += piece;
-  if (g.opt.on_token && !g.opt.on_token(g.opt.ctx, t, piece.data(), piece.size()))
-    return finish_gen(g, DSV41_FINISH_CANCELLED);
-  if (stop) return finish_gen(g, DSV41_FINISH_STOP);
+  if (stop) {  // a stop id adds no text
+    if (g.opt.on_token && !g.opt.on_token(g.opt.ctx, t, "", 0)) return finish_gen(g, DSV41_FINISH_CANCELLED);
+    return finish_gen(g, DSV41_FINISH_STOP);
+  }
+  const bool go_on = g.stream.push(t);
+  g.text = g.stream.text;
+  if (!go_on) return finish_gen(g, g.stream.stopped_by_string ? DSV41_FINISH_STOP : DSV41_FINISH_CANCELLED);
   if (int64_t(g.generated.size()) >= g.opt.max_tokens || s->seq->pos() + 1 > s->seq->capacity())
     return finish_gen(g, DSV41_FINISH_LENGTH);
   g.next = t;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <malloc.h>
 #include <cstdlib>
 #include <deque>
 #include <map>
@@ -243,6 +244,8 @@ struct Job {
   RequestId id = 0;
   Clock::time_point submitted = Clock::now();
   Metrics* metrics = nullptr;
+  std::mutex* live_mu = nullptr;     // the server's set of requests in the engine: erased from on_done
+  std::set<RequestId>* live = nullptr;
 };
 
 struct Server {
@@ -433,6 +436,8 @@ struct Server {
     auto job = std::make_shared<Job>();
     job->max_bytes = size_t(opt.max_queue_bytes);
     job->metrics = &metrics;
+    job->live_mu = &live_mu;
+    job->live = &live;
     auto* hold = new std::shared_ptr<Job>(job);  // the engine's reference, dropped in on_done
     r.ctx = hold;
     r.on_text = [](void* c, RequestId, int32_t id, std::string_view piece) {
@@ -477,6 +482,10 @@ struct Server {
         j->metrics->completion_tokens += uint64_t(r.completion_tokens);
         j->metrics->cached_tokens += uint64_t(r.cached_tokens);
       }
+      if (j->live) {
+        std::lock_guard<std::mutex> ll(*j->live_mu);
+        j->live->erase(d.id);
+      }
       std::lock_guard<std::mutex> lock(j->mu);
       j->result = d;
       j->done = true;
@@ -496,6 +505,13 @@ struct Server {
     {
       std::lock_guard<std::mutex> lock(live_mu);
       live.insert(*id);
+    }
+    {  // on_done may have come before the insert: then it found nothing to erase
+      std::lock_guard<std::mutex> lock(job->mu);
+      if (job->done) {
+        std::lock_guard<std::mutex> ll(live_mu);
+        live.erase(*id);
+      }
     }
     {
       std::lock_guard<std::mutex> lock(wake_mu);
@@ -987,6 +1003,9 @@ int run_serve(void* p) {
   if (o.api_key.empty())
     if (const char* k = std::getenv("DSV41_API_KEY")) o.api_key = k;
   if (o.threads < 1) o.threads = o.max_running + o.max_queued + 8;
+  // Handler threads each get a glibc malloc arena by default: RSS crept +47% over a 10-minute soak; two arenas
+  // keep it flat (bench/README "Server soak"). The CLI's process setting, not the library's.
+  mallopt(M_ARENA_MAX, 2);
   auto gen = load_generation_defaults(o.load.model_dir);
   if (!gen.ok()) {
     fmt::print(stderr, "dsv41 serve: {}\n", gen.status().to_string());

@@ -122,6 +122,10 @@ typedef struct dsv41_generate_options {
   int32_t prefill_chunk; /* most prompt tokens per forward; 0: 64 */
   dsv41_token_fn on_token;
   void* ctx;
+  /* Stop strings (UTF-8, non-empty): generation ends before the first occurrence, which is not in the text
+   * (finish STOP); text that may begin one is held back from on_token until it cannot. */
+  const char* const* stop_strings;
+  size_t n_stop_strings;
 } dsv41_generate_options;
 
 typedef enum dsv41_finish {
@@ -152,7 +156,7 @@ DSV41_C_EXPORT void dsv41_completion_free(dsv41_completion* c);
 /* Completes an OpenAI-style chat request ({"messages": [...], "tools", "thinking_mode": "chat" | "thinking",
  * ...}, rendered in the model's prompt format) in the session. Blocks until done. opt may be NULL; out is
  * filled on DSV41_OK (a cancelled generation is DSV41_OK with finish DSV41_FINISH_CANCELLED). Sampling and
- * length come from opt only (the request's max_tokens, temperature, stop are not read). The next turn (the
+ * length come from opt only (the request's max_tokens, temperature, stop are not read; opt.stop_strings are). The next turn (the
  * messages, this answer as an assistant message, a new user message) reuses the whole held sequence in
  * "chat" mode; in "thinking" mode the rendering drops earlier reasoning, so that turn starts over. */
 DSV41_C_EXPORT dsv41_status dsv41_session_chat(dsv41_session* s, const char* request_json,

@@ -325,3 +325,36 @@ TEST_CASE("c api: chat requests and bad input", "[c_api]") {
   CHECK(dsv41_session_complete(L.session, outside, 1, &neg, &bad.c) == DSV41_INVALID_ARGUMENT);
   CHECK(std::string(dsv41_session_last_error(L.session)).find("top_p") != std::string::npos);
 }
+
+TEST_CASE("c api: stop strings end the text before their first occurrence, streamed text agrees", "[c_api]") {
+  Loaded L;
+  const std::vector<int32_t> prompt = L.tokenize("def add(a, b):");
+  Completion full;
+  dsv41_generate_options o = greedy(24);
+  REQUIRE(dsv41_session_complete(L.session, prompt.data(), prompt.size(), &o, &full.c) == DSV41_OK);
+  const std::string text(full.c.text, full.c.text_len);
+  REQUIRE(text.size() >= 6);
+  const std::string stop = text.substr(3, 2);
+  const size_t at = text.find(stop);
+  std::string streamed;
+  o.ctx = &streamed;
+  o.on_token = [](void* ctx, int32_t, const char* piece, size_t n) {
+    static_cast<std::string*>(ctx)->append(piece, n);
+    return true;
+  };
+  const char* stops[] = {"never appears \x01", stop.c_str()};
+  o.stop_strings = stops;
+  o.n_stop_strings = 2;
+  dsv41_session_reset(L.session);
+  Completion cut;
+  REQUIRE(dsv41_session_complete(L.session, prompt.data(), prompt.size(), &o, &cut.c) == DSV41_OK);
+  CHECK(cut.c.finish == DSV41_FINISH_STOP);
+  CHECK(std::string(cut.c.text, cut.c.text_len) == text.substr(0, at));
+  CHECK(streamed == text.substr(0, at));
+  // An empty stop string is refused.
+  const char* empty[] = {""};
+  o.stop_strings = empty;
+  o.n_stop_strings = 1;
+  Completion bad;
+  CHECK(dsv41_session_complete(L.session, prompt.data(), prompt.size(), &o, &bad.c) == DSV41_INVALID_ARGUMENT);
+}
