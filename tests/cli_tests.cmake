@@ -97,4 +97,12 @@ if(Python3_FOUND AND EXISTS ${BUNDLED}/config.json)
                    $<TARGET_FILE:dsv41_cli> ${BUNDLED})
   set_tests_properties(server_e2e_concurrency_bundled_model PROPERTIES TIMEOUT 300)
   dsv41_cli_test_env(server_e2e_concurrency_bundled_model)
+  # Soak (issue 14), short: 8 clients for 60 s mixing well-formed requests (each equal to its alone run) with
+  # malformed, oversized (Content-Length, chunked, gzip), deeply nested, slow, idle, vanishing and cancelling
+  # clients; /health within 2 s throughout, /metrics consistent, RSS flat. The 10-minute run: bench/README.md.
+  add_test(NAME server_e2e_soak_bundled_model
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_server_soak.py
+                   $<TARGET_FILE:dsv41_cli> ${BUNDLED} --seconds 60 --clients 8)
+  set_tests_properties(server_e2e_soak_bundled_model PROPERTIES TIMEOUT 420)
+  dsv41_cli_test_env(server_e2e_soak_bundled_model)
 endif()
