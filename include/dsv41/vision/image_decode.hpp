@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <span>
@@ -84,8 +85,10 @@ struct DecodeIo {
 };
 
 inline void set_message(DecodeIo* io, const char* m) {
-  std::strncpy(io->message, m ? m : "unknown error", sizeof(io->message) - 1);
-  io->message[sizeof(io->message) - 1] = '\0';
+  const char* s = m ? m : "unknown error";
+  const size_t n = std::min(std::strlen(s), sizeof(io->message) - 1);
+  std::memcpy(io->message, s, n);
+  io->message[n] = '\0';
 }
 
 // ---- PNG ----
