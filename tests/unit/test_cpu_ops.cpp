@@ -36,6 +36,23 @@ TEST_CASE("RMSNorm rounds once, after the weight", "[ops]") {
   }
 }
 
+TEST_CASE("sum_squares: the reference CPU run's summation order, close to the exact sum", "[ops]") {
+  // 8 lanes: x[1]² and x[9]² meet in lane 1 first (1 + 1 = 2), then 2^24 + 2 is exact; a sequential sum
+  // would lose both ones against 2^24.
+  std::vector<float> x(16, 0.f);
+  x[0] = 4096.f, x[1] = 1.f, x[9] = 1.f;
+  CHECK(sum_squares(x.data(), 16) == 16777218.f);
+  float seq = 0.f;
+  for (float v : x) seq += v * v;
+  CHECK(seq == 16777216.f);
+  for (int n : {1, 7, 8, 64, 100, 512, 1000, 4096, 16384}) {  // tails, one level, several levels
+    auto r = randn(size_t(n), uint32_t(n));
+    double exact = 0;
+    for (float v : r) exact += double(v) * v;
+    CHECK(std::fabs(sum_squares(r.data(), n) - exact) <= 1e-6 * exact);
+  }
+}
+
 TEST_CASE("RoPE: YaRN frequencies and rotation", "[ops]") {
   // Without YaRN: f_i = θ^(−2i/r).
   auto t = RopeTable::make(16, 10000.0, false, 4, 32, 1, 32);
