@@ -11,6 +11,7 @@
 #include <dsv41/blocks/weights.hpp>
 #include <dsv41/numeric/formats.hpp>
 #include <dsv41/numeric/quant.hpp>
+#include <dsv41/numeric/sum_order.hpp>
 
 namespace dsv41::cpu {
 
@@ -18,43 +19,11 @@ inline float bf16(float x) { return num::round_bf16(x); }
 inline void bf16_inplace(float* x, size_t n) { for (size_t i = 0; i < n; ++i) x[i] = bf16(x[i]); }
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Σ x² of a row in FP32, summed in the order of the reference's CPU run (torch's cascade sum over a contiguous
-// row, SumKernel.cpp, 8-lane vectors): lane-wise partials in 4 interleaved vector accumulators, each folded
-// through 4 levels of 2^max(4, ⌈log2 m⌉/4) vectors (m = vectors per accumulator); leftover vectors into the
-// first accumulator, the accumulators in order, the scalar tail, then the lanes in order. The hc and DSpark
-// draft paths are chaotic on random weights: the sequential order flipped 5 of vision-tiny's 24 draft steps.
+// Σ x² of a row in FP32 in the order of the reference's CPU run (numeric/sum_order.hpp: torch's cascade sum).
+// The hc and DSpark draft paths are chaotic on random weights: the sequential order flipped 5 of vision-tiny's 24
+// draft steps.
 inline float sum_squares(const float* x, int n) {
-  constexpr int kLanes = 8, kIlp = 4, kLevels = 4;
-  const int vecs = n / kLanes, m = vecs / kIlp;
-  int lg = 0;
-  while ((1 << lg) < m) ++lg;
-  const int power = std::max(4, lg / kLevels), step = 1 << power, mask = step - 1;
-  float acc[kLevels][kIlp][kLanes] = {};
-  auto add_vec = [&](float* a, int v) {
-    for (int l = 0; l < kLanes; ++l) { const float t = x[size_t(v) * kLanes + l]; a[l] += t * t; }
-  };
-  int i = 0;
-  while (i + step <= m) {
-    for (int j = 0; j < step; ++j, ++i)
-      for (int k = 0; k < kIlp; ++k) add_vec(acc[0][k], i * kIlp + k);
-    for (int lev = 1; lev < kLevels; ++lev) {
-      for (int k = 0; k < kIlp; ++k)
-        for (int l = 0; l < kLanes; ++l) { acc[lev][k][l] += acc[lev - 1][k][l]; acc[lev - 1][k][l] = 0.f; }
-      if ((i & (mask << (lev * power))) != 0) break;
-    }
-  }
-  for (; i < m; ++i)
-    for (int k = 0; k < kIlp; ++k) add_vec(acc[0][k], i * kIlp + k);
-  for (int lev = 1; lev < kLevels; ++lev)
-    for (int k = 0; k < kIlp; ++k)
-      for (int l = 0; l < kLanes; ++l) acc[0][k][l] += acc[lev][k][l];
-  for (int v = m * kIlp; v < vecs; ++v) add_vec(acc[0][0], v);
-  for (int k = 1; k < kIlp; ++k)
-    for (int l = 0; l < kLanes; ++l) acc[0][0][l] += acc[0][k][l];
-  float s = 0.f;
-  for (int t = vecs * kLanes; t < n; ++t) s += x[t] * x[t];
-  for (int l = 0; l < kLanes; ++l) s += acc[0][0][l];
-  return s;
+  return num::cascade_sum_squares(n, [x](int i) { return x[i]; });
 }
 
 // §3.1 RMSNorm over rows of n: bf16(w · (x · rsqrt(mean(x²) + eps))), FP32 inside, one rounding.

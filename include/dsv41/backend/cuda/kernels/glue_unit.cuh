@@ -7,6 +7,7 @@
 
 #include <dsv41/backend/cuda/kernels/glue_common.cuh>
 #include <dsv41/backend/cuda/kernels/mhc.cuh>
+#include <dsv41/numeric/sum_order.hpp>
 
 namespace dsv41::gpu {
 
@@ -144,25 +145,18 @@ __global__ void __launch_bounds__(256) mhc_generic_kernel(const MhcParams p) {
   }
   __syncthreads();  // also makes every thread's H_out columns visible to the block
   const bf16_t* Hs = p.x ? p.H_out : p.H_in;
-  // The two sums of squares again, in the CPU's order (cpu::hc_mixes and cpu::rmsnorm sum sequentially), so the
-  // norm's BF16 outputs round as the CPU's do: on a tiny DSpark block one flipped value of x_attn moves every row.
+  // The two sums of squares again, in the CPU's order (cpu::sum_squares: torch's cascade, numeric/sum_order.hpp),
+  // so the norm's BF16 outputs round as the CPU's do: on a tiny DSpark block one flipped value of x_attn moves
+  // every row.
   if (threadIdx.x == 0) {
-    float ss = 0.f;
-    for (int i = 0; i < d; ++i) {
+    q[NM + 1] = num::cascade_sum_squares(d, [&](int i) {
       float v = 0.f;
       for (int j = 0; j < HC; ++j) v = __fadd_rn(v, __fmul_rn(pu[j], bf2f(Hs[(int64_t(t) * HC + j) * d + i])));
-      v = bf16r(v);
-      ss = __fadd_rn(ss, __fmul_rn(v, v));
-    }
-    q[NM + 1] = ss;
+      return bf16r(v);
+    });
   } else if (threadIdx.x == 32) {
-    float ss = 0.f;
     const bf16_t* row = Hs + int64_t(t) * HC * d;
-    for (int i = 0; i < HC * d; ++i) {
-      const float h = bf2f(row[i]);
-      ss = __fadd_rn(ss, __fmul_rn(h, h));
-    }
-    q[NM] = ss;
+    q[NM] = num::cascade_sum_squares(HC * d, [&](int i) { return bf2f(row[i]); });
   }
   __syncthreads();
   if (threadIdx.x == 0) {  // the coefficients, as mhc_finish_kernel (the reference's operation order)
@@ -275,6 +269,12 @@ __global__ void collapse_norm_kernel(const bf16_t* __restrict__ H, const float* 
     ss += a * a;
   }
   ss = block_sum(ss, red);
+  if (d <= 256) {  // small rows (tiny models): the CPU's order (cpu::sum_squares), one thread
+    __shared__ float exact;
+    if (threadIdx.x == 0) exact = num::cascade_sum_squares(d, collapse);
+    __syncthreads();
+    ss = exact;
+  }
   const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, float(d)), eps)));
   for (int i = threadIdx.x; i < d; i += blockDim.x)
     y[int64_t(t) * d + i] = __float2bfloat16_rn(__fmul_rn(w[i], __fmul_rn(collapse(i), rs)));
