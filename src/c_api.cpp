@@ -357,7 +357,7 @@ Result<std::vector<int32_t>> chat_ids(const dsv41_session* s, const char* reques
     if (auto it = req.find("thinking_mode"); it != req.end() && it->is_string() && *it == "chat") mode = text::Mode::chat;
   auto prompt = backend_of(s).render(req);
   if (!prompt.ok()) return prompt.status();
-  return backend_of(s).tokenizer().encode(*prompt, true);
+  return backend_of(s).tokenizer().encode(*prompt);  // content's special-token text stays text
 }
 
 dsv41_status begin_impl(dsv41_session* s, const int32_t* prompt, size_t n, const char* request_json,

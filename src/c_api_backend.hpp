@@ -34,7 +34,7 @@ class Backend {
   virtual const text::Tokenizer& tokenizer() const = 0;
   virtual const text::ChatTokens& chat_tokens() const = 0;
   virtual int32_t eos_id() const = 0;
-  virtual Result<std::string> render(const nlohmann::ordered_json& request) const = 0;
+  virtual Result<text::PromptText> render(const nlohmann::ordered_json& request) const = 0;
   virtual Result<std::unique_ptr<Sequence>> new_sequence(int64_t capacity) const = 0;
 };
 
@@ -73,7 +73,7 @@ class BackendOf : public Backend {
   const text::Tokenizer& tokenizer() const override { return text_->tokenizer(); }
   const text::ChatTokens& chat_tokens() const override { return text_->chat_tokens(); }
   int32_t eos_id() const override { return text_->eos_id(); }
-  Result<std::string> render(const nlohmann::ordered_json& r) const override { return text_->render(r); }
+  Result<text::PromptText> render(const nlohmann::ordered_json& r) const override { return text_->render(r); }
   Result<std::unique_ptr<Sequence>> new_sequence(int64_t capacity) const override {
     auto st = new_sequence_of(*model_, capacity);
     if (!st.ok()) return st.status();

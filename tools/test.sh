@@ -5,9 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install_deps.sh
 BUILD=${BUILD:-build/test}
-# The threaded parts run again under TSan (dsv41_tsan_tests), the readers and the fuzz corpora under ASan + UBSan.
-# DSV41_SANITIZE=ON builds the whole unit and CLI suites under ASan + UBSan too (off here: on the 2-core CI machine
-# it more than doubles the build, past 40 minutes; run it with DSV41_SANITIZE=ON bash tools/test.sh).
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV41_SANITIZE=${DSV41_SANITIZE:-OFF}
+# The unit suite runs under ASan + UBSan at -O0 (DSV41_SANITIZE_UNIT=OFF turns it off), the threaded parts again
+# under TSan (dsv41_tsan_tests), the readers and the fuzz corpora under ASan + UBSan. DSV41_SANITIZE=ON instruments
+# the CLI too (off here: an instrumented CLI makes the server tests several times slower).
+# Without a GPU the [gpu] test binary is not built (nothing could run it); the CUDA parts of the library, the CLI, the
+# C API and the examples still compile with nvcc. DSV41_BUILD_GPU_TESTS=ON builds it anyway.
+GPU_TESTS=${DSV41_BUILD_GPU_TESTS:-$([[ -e /dev/nvidia0 ]] && echo ON || echo OFF)}
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSV41_SANITIZE=${DSV41_SANITIZE:-OFF} \
+  -DDSV41_SANITIZE_UNIT=${DSV41_SANITIZE_UNIT:-ON} \
+  -DDSV41_BUILD_GPU_TESTS="$GPU_TESTS"
 cmake --build "$BUILD" -j "$(nproc)"
 ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" -E '\[gpu\]'

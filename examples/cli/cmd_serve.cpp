@@ -11,7 +11,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <cerrno>
+#include <cstring>
 #include <malloc.h>
+#include <sys/socket.h>
 #include <cstdlib>
 #include <deque>
 #include <map>
@@ -60,6 +63,7 @@ struct ServeOpts {
   int request_timeout = 600;      // s, a request's whole life
   int idle_timeout = 30;          // s, reading a request and keeping an idle connection
   int write_timeout = 10;         // s, one write to a client
+  int backlog = 1024;             // pending connections the kernel queues (capped by net.core.somaxconn)
   int keepalive_ms = 100;         // SSE keep-alive comment after this long without output
   double shutdown_timeout = 10;   // s, SIGTERM's drain
   int64_t max_body_bytes = 8 << 20;
@@ -417,12 +421,13 @@ struct Server {
     return std::exchange(j.lp_pending, {});
   }
 
-  text::TextRequest request_of(std::string prompt, const text::TextOptions& o, bool session, int top_logprobs = -1) {
+  text::TextRequest request_of(text::PromptText prompt, const text::TextOptions& o, bool session, int top_logprobs = -1) {
     if (top_logprobs >= 0 && o.speculative)
       throw BadRequest{400, "logprobs are not reported with speculative decoding", "unsupported_field"};
     text::TextRequest r;
     r.top_logprobs = top_logprobs;
-    r.prompt = std::move(prompt);
+    r.prompt = std::move(prompt.text);
+    r.literal = std::move(prompt.literal);  // a chat prompt's content: special-token text stays text
     r.max_tokens = o.max_tokens;
     r.sampling = o.sampling;
     r.stop = o.stop;
@@ -609,9 +614,9 @@ struct Server {
       return fr;
     };
     // With a session id: whether the prompt extends the session's last turn (logged), then that turn recorded.
-    auto note_session = [this, session](const std::string& prompt_text, const text::TextResult& r) {
+    auto note_session = [this, session](const text::PromptText& prompt_text, const text::TextResult& r) {
       if (!session) return;
-      std::vector<int32_t> ids = loaded->tokenizer().encode(prompt_text, true);
+      std::vector<int32_t> ids = loaded->tokenizer().encode(prompt_text);
       const auto last = session_ids.find(*session);
       const bool extends = last && last->tokens <= ids.size() &&
                            SessionIds::hash_of(std::span<const int32_t>(ids).first(last->tokens)) == last->hash;
@@ -744,7 +749,7 @@ struct Server {
                    {"choices", ojson::array({{{"index", 0}, {"text", text}, {"logprobs", lps}, {"finish_reason", finish}}})}};
     };
     const bool stream = plan.stream;
-    std::shared_ptr<Job> job = submit(request_of(prompt, o, true, top_lp));
+    std::shared_ptr<Job> job = submit(request_of(text::PromptText{std::move(prompt), {}}, o, true, top_lp));
     if (!stream) {
       wait_done(*job);
       const text::TextDone& d = job->result;
@@ -981,8 +986,21 @@ struct Server {
                  eo.max_queued, eo.step_tokens);
     });
     std::thread watcher([this] { watch_signals(); });
-    fmt::print(stderr, "dsv41 serve: listening on http://{}:{}\n", opt.host, opt.port);
-    const bool ok = http.listen(opt.host, opt.port);
+    // cpp-httplib 0.11 listens with a backlog of 5, compiled into its library: a burst of connections beyond it
+    // can be reset. The listening socket is recorded as it is made and listen() is called on it again with
+    // --backlog (Linux updates the backlog of a listening socket).
+    int listen_fd = -1;
+    http.set_socket_options([&listen_fd](socket_t sock) {
+      httplib::default_socket_options(sock);
+      listen_fd = int(sock);
+    });
+    bool ok = http.bind_to_port(opt.host, opt.port);
+    if (ok && listen_fd >= 0 && ::listen(listen_fd, opt.backlog) != 0)
+      fmt::print(stderr, "dsv41 serve: the listen backlog stays at 5 ({})\n", std::strerror(errno));
+    if (ok) {
+      fmt::print(stderr, "dsv41 serve: listening on http://{}:{} (backlog {})\n", opt.host, opt.port, opt.backlog);
+      ok = http.listen_after_bind();
+    }
     stopping = true;
     loader.join();
     watcher.join();
@@ -1038,6 +1056,7 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--threads", o->threads, "HTTP worker threads (default max-running + max-queued + 8)");
   sub->add_option("--request-timeout", o->request_timeout, "seconds a request may take")->check(CLI::Range(1, 86400));
   sub->add_option("--idle-timeout", o->idle_timeout, "seconds to read a request / keep an idle connection")->check(CLI::Range(1, 3600));
+  sub->add_option("--backlog", o->backlog, "connections the kernel queues before they are accepted")->check(CLI::Range(8, 65535));
   sub->add_option("--write-timeout", o->write_timeout, "seconds one write to a client may block")->check(CLI::Range(1, 3600));
   sub->add_option("--keepalive-ms", o->keepalive_ms, "SSE keep-alive comment after this long without output")->check(CLI::Range(10, 60000));
   sub->add_option("--shutdown-timeout", o->shutdown_timeout, "seconds SIGTERM lets running requests finish");

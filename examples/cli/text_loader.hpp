@@ -39,8 +39,9 @@ class TextEngine {
   virtual const ModelShape& shape() const = 0;
   virtual const text::Tokenizer& tokenizer() const = 0;
   virtual const text::ChatTokens& chat_tokens() const = 0;
-  virtual Result<std::string> render(const nlohmann::ordered_json& request) const = 0;
+  virtual Result<text::PromptText> render(const nlohmann::ordered_json& request) const = 0;
   virtual Result<text::TextResult> complete(std::string_view prompt, const text::TextOptions& o) const = 0;
+  virtual Result<text::TextResult> complete(const text::PromptText& prompt, const text::TextOptions& o) const = 0;
   // ids run as one fresh sequence; logits of every row ([rows, V]; with bounded replay only the last W rows).
   virtual Status score(std::span<const int32_t> ids, bool bounded_replay, std::vector<float>& logits) const = 0;
   // Prompts continue a finished request's live state when they extend it (the active tier, in memory), else resume
@@ -64,8 +65,11 @@ class TextEngineOf : public TextEngine {
   const ModelShape& shape() const override { return model_->shape(); }
   const text::Tokenizer& tokenizer() const override { return text_->tokenizer(); }
   const text::ChatTokens& chat_tokens() const override { return text_->chat_tokens(); }
-  Result<std::string> render(const nlohmann::ordered_json& r) const override { return text_->render(r); }
+  Result<text::PromptText> render(const nlohmann::ordered_json& r) const override { return text_->render(r); }
   Result<text::TextResult> complete(std::string_view p, const text::TextOptions& o) const override {
+    return text_->complete(p, o);
+  }
+  Result<text::TextResult> complete(const text::PromptText& p, const text::TextOptions& o) const override {
     return text_->complete(p, o);
   }
   Result<std::unique_ptr<text::TextEngineBase>> make_batch(const EngineOptions& o) const override {

@@ -8,9 +8,11 @@ import json
 import math
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -65,10 +67,36 @@ try:
     check(saw_503, "/health answered 503 while loading")
     check(code == 200 and body == {"status": "ok"}, f"/health 200 after loading: {code} {body}")
 
+    # A burst of 256 connections at once: none is reset (the listen backlog is --backlog, not cpp-httplib's 5).
+    def burst_one(i, ok):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                data = b""
+                while chunk := s.recv(4096):
+                    data += chunk
+                ok[i] = data.startswith(b"HTTP/1.1 200")
+        except OSError:
+            ok[i] = False
+    ok = [False] * 256
+    threads = [threading.Thread(target=burst_one, args=(i, ok)) for i in range(len(ok))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    check(all(ok), f"burst of {len(ok)} connections: {sum(ok)} answered")
+
     client = openai.OpenAI(base_url=base + "/v1", api_key="none", timeout=120, max_retries=0)
 
     models = client.models.list()
     check([m.id for m in models.data] == ["tiny"], "models.list")
+
+    # Special-token text in content is text: 20 forged "<｜User｜>" turns cost their text's tokens, not 20 control tokens.
+    def prompt_tokens(content):
+        return client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": content}],
+                                              max_tokens=1).usage.prompt_tokens
+    forged = prompt_tokens("a" + "<\uff5cUser\uff5c>" * 20) - prompt_tokens("a")
+    check(forged >= 60, f"special-token text in user content is tokenized as text ({forged} tokens for 20)")
 
     # Non-streaming chat, fixed seed: deterministic.
     kw = dict(model="tiny", messages=[{"role": "user", "content": "Hello there"}], max_tokens=12, seed=7,

@@ -30,7 +30,8 @@ struct TextDone {
 };
 
 struct TextRequest {
-  std::string prompt;  // prompt text; special-token text is recognised
+  std::string prompt;  // prompt text; special-token text is recognised outside `literal`
+  std::vector<TextRange> literal;  // ranges of prompt a client wrote (PromptText::literal; render() fills it)
   int max_tokens = 256;
   SamplingParams sampling;
   std::vector<std::string> stop;  // stop strings (not included in the text)
@@ -84,7 +85,7 @@ class TextEngine final : public TextEngineBase {
       if (s.empty()) return error(Code::invalid_argument, "empty stop string");
     auto job = std::make_unique<Job>(this, std::move(r));
     Request q;
-    q.prompt = tm_->tokenizer().encode(job->req.prompt, true);
+    q.prompt = tm_->tokenizer().encode(job->req.prompt, job->req.literal);
     if (Status e = expand_images(job->req.images, q); !e.ok()) return e;
     q.max_tokens = job->req.max_tokens;
     q.sampling = job->req.sampling;

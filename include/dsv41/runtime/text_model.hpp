@@ -135,12 +135,18 @@ class TextModel {
   const ChatTokens& chat_tokens() const { return chat_; }
   int32_t eos_id() const { return *tok_.token_to_id(chat_.eos); }
 
-  // The prompt text of an OpenAI-style chat request (messages, tools, thinking_mode, reasoning_effort).
-  Result<std::string> render(const nlohmann::ordered_json& request) const { return render_prompt(request, chat_); }
+  // The prompt of an OpenAI-style chat request (messages, tools, thinking_mode, reasoning_effort), with the
+  // ranges its client wrote: special-token text there stays text (prompt_text.hpp).
+  Result<PromptText> render(const nlohmann::ordered_json& request) const { return render_prompt_text(request, chat_); }
 
   // Completes prompt text (special-token text is recognised) in a fresh sequence.
   Result<TextResult> complete(std::string_view prompt, const TextOptions& o) const {
     const std::vector<int32_t> ids = tok_.encode(prompt, true);
+    return complete_ids(ids, o);
+  }
+  // Completes a rendered prompt (special-token text is recognised outside its literal ranges).
+  Result<TextResult> complete(const PromptText& prompt, const TextOptions& o) const {
+    const std::vector<int32_t> ids = tok_.encode(prompt);
     return complete_ids(ids, o);
   }
 

@@ -23,6 +23,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -31,6 +32,7 @@
 #include <dsv41/core/status.hpp>
 #include <dsv41/text/chat_common.hpp>
 #include <dsv41/text/chat_parse.hpp>
+#include <dsv41/text/prompt_text.hpp>
 
 namespace dsv41::text {
 
@@ -262,7 +264,7 @@ Result<int> effort_of(const J& req) {
 }
 
 // The "## Tools" section of the system prompt.
-inline std::string tools_text(const std::vector<std::string>& schemas, const ChatTokens& t) {
+inline void tools_text(PromptText& out, const std::vector<std::string>& schemas, const ChatTokens& t) {
   const std::string calls = t.dsml + " calls", invoke = t.dsml + " invoke", param = t.dsml + " parameter";
   std::string s;
   s += "## Tools\n\nYou have access to a set of tools to help answer the user's question. "
@@ -282,23 +284,36 @@ inline std::string tools_text(const std::vector<std::string>& schemas, const Cha
        "reasoning inside " + t.think_open + "..." + t.think_close + " BEFORE any tool calls or final response.\n\n";
   s += "Otherwise, output directly after " + t.think_close + " with tool calls or final response.\n\n";
   s += "### Available Tool Schemas\n\n";
-  s += join(schemas, "\n");
-  s += "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n";
-  return s;
+  out += s;
+  for (size_t i = 0; i < schemas.size(); ++i) {
+    if (i) out += "\n";
+    out.add_literal(schemas[i]);
+  }
+  out += "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n";
 }
 
 // "\n\n<calls>\n<invoke name=..>\n<parameter ..>v</parameter>\n...\n</invoke>\n...\n</calls>"
-inline std::string tool_calls_text(const std::vector<CallIn>& calls, const ChatTokens& t) {
+inline void tool_calls_text(PromptText& out, const std::vector<CallIn>& calls, const ChatTokens& t) {
   const std::string callsn = t.dsml + " calls", invoke = t.dsml + " invoke", param = t.dsml + " parameter";
-  std::vector<std::string> items;
-  for (const auto& c : calls) {
-    std::vector<std::string> ps;
-    for (const auto& p : c.params)
-      ps.push_back("<" + param + " name=\"" + p.key + "\" string=\"" + (p.is_string ? "true" : "false") + "\">" +
-                   p.value + "</" + param + ">");
-    items.push_back("<" + invoke + " name=\"" + c.name + "\">\n" + join(ps, "\n") + "\n</" + invoke + ">");
+  out += "\n\n<" + callsn + ">\n";
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const CallIn& c = calls[i];
+    if (i) out += "\n";
+    out += "<" + invoke + " name=\"";
+    out.add_literal(c.name);
+    out += "\">\n";
+    for (size_t k = 0; k < c.params.size(); ++k) {
+      const DsmlParam& p = c.params[k];
+      if (k) out += "\n";
+      out += "<" + param + " name=\"";
+      out.add_literal(p.key);
+      out += std::string("\" string=\"") + (p.is_string ? "true" : "false") + "\">";
+      out.add_literal(p.value);
+      out += "</" + param + ">";
+    }
+    out += "\n</" + invoke + ">";
   }
-  return "\n\n<" + callsn + ">\n" + join(items, "\n") + "\n</" + callsn + ">";
+  out += "\n</" + callsn + ">";
 }
 
 inline std::string effort_text(int effort) {
@@ -307,7 +322,7 @@ inline std::string effort_text(int effort) {
 }
 
 template <class J>
-Result<std::string> render_prompt_impl(const J& req, const ChatTokens& t) {
+Result<PromptText> render_prompt_impl(const J& req, const ChatTokens& t) {
   DSV41_TRY(validate_tokens(t));
   if (!req.is_object()) return error(Code::invalid_argument, "request must be a JSON object");
 
@@ -427,7 +442,8 @@ Result<std::string> render_prompt_impl(const J& req, const ChatTokens& t) {
   }
 
   const bool thinking = mode == Mode::thinking;
-  std::string out = t.bos;
+  PromptText out;
+  out += t.bos;
   for (size_t i = 0; i < msgs.size(); ++i) {
     const Msg& m = msgs[i];
     const auto si = static_cast<std::ptrdiff_t>(i);
@@ -436,21 +452,30 @@ Result<std::string> render_prompt_impl(const J& req, const ChatTokens& t) {
     switch (m.role) {
       case Role::system:
         if (i > 0) out += t.system;
-        out += m.content;
-        if (!m.tools.empty()) out += "\n\n" + tools_text(m.tools, t);
+        out.add_literal(m.content);
+        if (!m.tools.empty()) {
+          out += "\n\n";
+          tools_text(out, m.tools, t);
+        }
         break;
       case Role::user: {
         out += t.user;
-        std::vector<std::string> parts;
-        for (const auto& b : m.blocks)
-          parts.push_back(b.tool_result ? "<tool_result>" + b.text + "</tool_result>" : b.text);
-        out += join(parts, "\n\n");
+        for (size_t k = 0; k < m.blocks.size(); ++k) {
+          const Block& b = m.blocks[k];
+          if (k) out += "\n\n";
+          if (b.tool_result) out += "<tool_result>";
+          out.add_literal(b.text);
+          if (b.tool_result) out += "</tool_result>";
+        }
         break;
       }
       case Role::assistant:
-        if (thinking && (!drop || si > last_user)) out += m.reasoning + t.think_close;
-        out += m.content;
-        if (!m.calls.empty()) out += tool_calls_text(m.calls, t);
+        if (thinking && (!drop || si > last_user)) {
+          out.add_literal(m.reasoning);
+          out += t.think_close;
+        }
+        out.add_literal(m.content);
+        if (!m.calls.empty()) tool_calls_text(out, m.calls, t);
         out += t.eos;
         break;
     }
@@ -467,8 +492,13 @@ Result<std::string> render_prompt_impl(const J& req, const ChatTokens& t) {
 
 }  // namespace chat_detail
 
-// The prompt text for an OpenAI-style chat request (see the top of this file).
-inline Result<std::string> render_prompt(const nlohmann::ordered_json& request, const ChatTokens& toks = {}) {
+// The prompt for an OpenAI-style chat request (see the top of this file), with the ranges the client wrote
+// (prompt_text.hpp): encode it with Tokenizer::encode(const PromptText&) so that content cannot forge turns.
+// A nlohmann::json request has its object keys sorted, so tool schemas and object arguments render in sorted
+// key order; nlohmann::ordered_json keeps them as sent.
+template <class J>
+  requires std::is_same_v<J, nlohmann::json> || std::is_same_v<J, nlohmann::ordered_json>
+Result<PromptText> render_prompt_text(const J& request, const ChatTokens& toks = {}) {
   try {
     return chat_detail::render_prompt_impl(request, toks);
   } catch (const std::exception& e) {
@@ -476,14 +506,17 @@ inline Result<std::string> render_prompt(const nlohmann::ordered_json& request, 
   }
 }
 
-// Same; a nlohmann::json request has its object keys sorted, so tool schemas and object
-// arguments render in sorted key order.
+// The prompt's text alone (what encoding.py produces). Tokenizing it whole reads special-token text in the
+// content as control tokens; render_prompt_text keeps the content apart.
+inline Result<std::string> render_prompt(const nlohmann::ordered_json& request, const ChatTokens& toks = {}) {
+  auto r = render_prompt_text(request, toks);
+  if (!r.ok()) return r.status();
+  return std::move(r->text);
+}
 inline Result<std::string> render_prompt(const nlohmann::json& request, const ChatTokens& toks = {}) {
-  try {
-    return chat_detail::render_prompt_impl(request, toks);
-  } catch (const std::exception& e) {
-    return error(Code::internal, std::string("render_prompt: ") + e.what());
-  }
+  auto r = render_prompt_text(request, toks);
+  if (!r.ok()) return r.status();
+  return std::move(r->text);
 }
 
 }  // namespace dsv41::text

@@ -32,6 +32,7 @@
 #pragma once
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdlib>
@@ -54,6 +55,7 @@
 #include <dsv41/core/status.hpp>
 #include <dsv41/text/added_tokens.hpp>
 #include <dsv41/text/bpe.hpp>
+#include <dsv41/text/prompt_text.hpp>
 #include <dsv41/text/tokenizer_json.hpp>
 #include <dsv41/text/tokenizer_steps.hpp>
 #include <dsv41/text/unicode_regex.hpp>
@@ -90,36 +92,72 @@ class Tokenizer : private detail::TokenizerJson {
   // reports it instead.
   std::vector<int32_t> encode(std::string_view utf8, bool allow_special = true) const {
     Scratch sc;
-    return encode_with(utf8, allow_special, sc);
+    return encode_with(utf8, allow_special, {}, sc);
+  }
+
+  // Token ids of a rendered prompt: special-token text is recognised outside p.literal only (prompt_text.hpp).
+  std::vector<int32_t> encode(const PromptText& p) const { return encode(p.text, p.literal); }
+  std::vector<int32_t> encode(std::string_view utf8, std::span<const TextRange> literal) const {
+    Scratch sc;
+    if (literal.empty() || utf8::is_valid(utf8)) return encode_with(utf8, true, literal, sc);
+    // Repaired piece by piece, so the ranges still hold the client's text.
+    PromptText fixed;
+    size_t at = 0;
+    for (const TextRange& r : literal) {
+      const size_t b = std::min(r.begin, utf8.size()), e = std::min(std::max(r.end, b), utf8.size());
+      if (b < at) continue;  // not sorted and disjoint: that range is ignored
+      fixed += utf8::to_valid(utf8.substr(at, b - at));
+      fixed.add_literal(utf8::to_valid(utf8.substr(b, e - b)));
+      at = e;
+    }
+    fixed += utf8::to_valid(utf8.substr(at));
+    return encode_with(fixed.text, true, fixed.literal, sc);
   }
 
   // encode(), or the resource_exhausted Status of a refused regex search.
   Result<std::vector<int32_t>> try_encode(std::string_view utf8, bool allow_special = true) const {
     Scratch sc;
-    std::vector<int32_t> ids = encode_with(utf8, allow_special, sc);
+    std::vector<int32_t> ids = encode_with(utf8, allow_special, {}, sc);
     if (!sc.regex_error.ok()) return Status(sc.regex_error.code(), "tokenizer: " + sc.regex_error.message());
     return Result<std::vector<int32_t>>(std::move(ids));
   }
 
  private:
-  std::vector<int32_t> encode_with(std::string_view utf8, bool allow_special, Scratch& sc) const {
+  // Byte ranges of the text split_added() scans (from `base` on) in which special tokens are text.
+  struct Literal {
+    std::span<const TextRange> r;
+    size_t base = 0;
+    // The first range that overlaps [b, e) (offsets in the scanned text), or null.
+    const TextRange* overlap(size_t b, size_t e) const {
+      b += base, e += base;
+      auto it = std::upper_bound(r.begin(), r.end(), b, [](size_t x, const TextRange& t) { return x < t.end; });
+      return it != r.end() && it->begin < e ? &*it : nullptr;
+    }
+  };
+
+  std::vector<int32_t> encode_with(std::string_view utf8, bool allow_special, std::span<const TextRange> literal,
+                                   Scratch& sc) const {
     std::vector<int32_t> out;
     std::string repaired;
-    if (!utf8::is_valid(utf8)) {
+    if (!utf8::is_valid(utf8)) {  // (with literal ranges the caller repaired it)
       repaired = utf8::to_valid(utf8);
       utf8 = repaired;
     }
     out.reserve(utf8.size() / 3 + 4);
-    split_added(utf8, raw_added_, allow_special, [&](std::string_view piece, int32_t id) {
+    const Literal lit{literal, 0};
+    split_added(utf8, raw_added_, allow_special, lit, [&](std::string_view piece, int32_t id) {
       if (id >= 0) {
         out.push_back(id);
         return;
       }
+      // The second pass (normalized added tokens) finds no special token in a piece that holds client text.
+      const size_t off = static_cast<size_t>(piece.data() - utf8.data());
+      const bool special = allow_special && !lit.overlap(off, off + piece.size());
       if (normalizers_.empty()) {
-        encode_normalized(piece, allow_special, sc, out);
+        encode_normalized(piece, special, sc, out);
       } else {
         std::string norm = normalize(piece, sc);
-        encode_normalized(norm, allow_special, sc, out);
+        encode_normalized(norm, special, sc, out);
       }
     });
     return out;
@@ -219,7 +257,8 @@ class Tokenizer : private detail::TokenizerJson {
   // Splits `text` on added tokens the way `tokenizers` does (AddedVocabulary::find_matches);
   // calls f(piece, id) with id = -1 for text between added tokens.
   template <class F>
-  void split_added(std::string_view text, const detail::AddedMatcher& m, bool allow_special, F&& f) const {
+  void split_added(std::string_view text, const detail::AddedMatcher& m, bool allow_special, const Literal& lit,
+                   F&& f) const {
     if (text.empty()) return;
     if (m.empty()) {
       f(text, -1);
@@ -232,6 +271,14 @@ class Tokenizer : private detail::TokenizerJson {
       pos = me;
       const AddedToken& a = added_[tok];
       if (!allow_special && a.special) continue;
+      if (a.special && !lit.r.empty()) {
+        if (const TextRange* t = lit.overlap(ms, me)) {
+          // Client text: no control token. Scanning resumes where that text ends when the match ran past it.
+          const size_t te = t->end - lit.base;
+          if (te > ms && te < me) pos = te;
+          continue;
+        }
+      }
       if (a.single_word) {
         bool start_space = true, stop_space = true;
         if (ms > 0) {
@@ -275,7 +322,7 @@ class Tokenizer : private detail::TokenizerJson {
   }
 
   void encode_normalized(std::string_view text, bool allow_special, Scratch& sc, std::vector<int32_t>& out) const {
-    split_added(text, norm_added_, allow_special, [&](std::string_view piece, int32_t id) {
+    split_added(text, norm_added_, allow_special, Literal{}, [&](std::string_view piece, int32_t id) {
       if (id >= 0) out.push_back(id);
       else if (!piece.empty()) encode_piece(piece, sc, out);
     });
