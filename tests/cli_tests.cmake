@@ -104,7 +104,7 @@ if(Python3_FOUND AND EXISTS ${BUNDLED}/config.json)
   add_test(NAME server_e2e_soak_bundled_model
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_server_soak.py
                    $<TARGET_FILE:dsv41_cli> ${BUNDLED} --seconds 60 --clients 8 --rss-growth 0.25)
-  set_tests_properties(server_e2e_soak_bundled_model PROPERTIES TIMEOUT 420)
+  set_tests_properties(server_e2e_soak_bundled_model PROPERTIES TIMEOUT 420 COST 300)  # started early: 60 s of load
   dsv41_cli_test_env(server_e2e_soak_bundled_model)
 endif()
 

@@ -292,6 +292,25 @@ inline void tools_text(PromptText& out, const std::vector<std::string>& schemas,
   out += "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n";
 }
 
+// Client text as literal, except the image placeholders that image parts became (content_parts; the client's own
+// text may not hold one: check_no_image_token), which stay the control token.
+inline void add_content(PromptText& out, std::string_view s, const ChatTokens& t) {
+  if (t.image.empty()) {
+    out.add_literal(s);
+    return;
+  }
+  for (size_t at = 0;;) {
+    const size_t f = s.find(t.image, at);
+    if (f == std::string_view::npos) {
+      out.add_literal(s.substr(at));
+      return;
+    }
+    out.add_literal(s.substr(at, f - at));
+    out += t.image;
+    at = f + t.image.size();
+  }
+}
+
 // "\n\n<calls>\n<invoke name=..>\n<parameter ..>v</parameter>\n...\n</invoke>\n...\n</calls>"
 inline void tool_calls_text(PromptText& out, const std::vector<CallIn>& calls, const ChatTokens& t) {
   const std::string callsn = t.dsml + " calls", invoke = t.dsml + " invoke", param = t.dsml + " parameter";
@@ -452,7 +471,7 @@ Result<PromptText> render_prompt_impl(const J& req, const ChatTokens& t) {
     switch (m.role) {
       case Role::system:
         if (i > 0) out += t.system;
-        out.add_literal(m.content);
+        add_content(out, m.content, t);
         if (!m.tools.empty()) {
           out += "\n\n";
           tools_text(out, m.tools, t);
@@ -464,7 +483,7 @@ Result<PromptText> render_prompt_impl(const J& req, const ChatTokens& t) {
           const Block& b = m.blocks[k];
           if (k) out += "\n\n";
           if (b.tool_result) out += "<tool_result>";
-          out.add_literal(b.text);
+          add_content(out, b.text, t);
           if (b.tool_result) out += "</tool_result>";
         }
         break;
@@ -474,7 +493,7 @@ Result<PromptText> render_prompt_impl(const J& req, const ChatTokens& t) {
           out.add_literal(m.reasoning);
           out += t.think_close;
         }
-        out.add_literal(m.content);
+        add_content(out, m.content, t);
         if (!m.calls.empty()) tool_calls_text(out, m.calls, t);
         out += t.eos;
         break;
