@@ -214,7 +214,9 @@ inline Row bench_attention(int R) {
   p.sink = sink.p; p.scale = 1.f / std::sqrt(float(D)); p.R = R; p.H = H; p.D = D; p.out = out.p;
   const double entries = std::min<double>(double(R) * nw, pw) * (D + D / 32) + std::min<double>(double(R) * nc, pc) * (D / 2 + D / 16);
   Row r{"attention", "R=" + std::to_string(R) + " H=64 D=512 128+512", 0, 4.0 * R * H * D + entries,
-        4.0 * R * H * double(nw + nc) * D, 'b', "pass1+pass2 bf16 mma"};
+        4.0 * R * H * double(nw + nc) * D, 'b',
+        gpu::detail::attn::split_for(p) > 1 ? "cluster split " + std::to_string(gpu::detail::attn::split_for(p))
+                                            : std::string("one CTA per row, 16/32 heads")};
   r.us = median_us([&](int i) {
     p.q = q[i % ns].p;
     GT_OK(gpu::sparse_attention(p, nullptr));

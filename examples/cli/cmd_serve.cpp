@@ -14,6 +14,9 @@
 #include <cerrno>
 #include <cstring>
 #include <malloc.h>
+#include <dirent.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <cstdlib>
 #include <deque>
@@ -89,6 +92,65 @@ void send_json(httplib::Response& res, int status, const ojson& body) {
 
 void send_error(httplib::Response& res, const BadRequest& e) {
   send_json(res, e.status, error_body(e.message, e.status >= 500 ? "server_error" : "invalid_request_error", e.code));
+}
+
+// A socket's local (peer false) or remote address, as cpp-httplib writes Request::local_addr/remote_addr
+// (getnameinfo NI_NUMERICHOST) and its port. False for anything but a connected TCP socket.
+bool socket_end(int fd, bool peer, std::string& ip, int& port) {
+  sockaddr_storage a{};
+  socklen_t n = sizeof a;
+  auto* sa = reinterpret_cast<sockaddr*>(&a);
+  if ((peer ? ::getpeername(fd, sa, &n) : ::getsockname(fd, sa, &n)) != 0) return false;
+  if (a.ss_family == AF_INET) port = ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
+  else if (a.ss_family == AF_INET6) port = ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
+  else return false;
+  char host[NI_MAXHOST];
+  if (::getnameinfo(sa, n, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0) return false;
+  ip = host;
+  return true;
+}
+
+// The accepted socket a request came on, so that a non-streamed request can notice a client that hung up.
+// cpp-httplib 0.11 hands a handler no socket (nor Request::is_connection_closed, added later): it is the one
+// descriptor of this process that is a connected TCP stream socket whose peer address and port and local
+// address and port are the request's. A TCP connection's four are unique while it is open, and the handler's
+// thread keeps this one open until the handler returns, so the descriptor stays the request's while it waits.
+// -1 (the caller then waits as before) when /proc/self/fd cannot be read or not exactly one socket matches.
+int request_socket(const httplib::Request& req) {
+  if (req.remote_addr.empty() || req.local_addr.empty() || req.remote_port <= 0 || req.local_port <= 0) return -1;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return -1;
+  const int own = ::dirfd(dir);
+  int found = -1, matches = 0;
+  while (const dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd < 0 || fd == own) continue;
+    int type = 0;
+    socklen_t tl = sizeof type;
+    std::string ip;
+    int port = -1;
+    if (::getsockopt(int(fd), SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM) continue;
+    if (!socket_end(int(fd), true, ip, port) || port != req.remote_port || ip != req.remote_addr) continue;
+    if (!socket_end(int(fd), false, ip, port) || port != req.local_port || ip != req.local_addr) continue;
+    found = int(fd);
+    ++matches;
+  }
+  ::closedir(dir);
+  return matches == 1 ? found : -1;
+}
+
+// Whether the client of a request's socket has gone, judged as cpp-httplib 0.11 judges a socket before each write
+// (SocketStream::write calls detail::is_socket_alive: a peek that returns 0 or fails, and then writes nothing):
+// the client closed its side (FIN) or the connection was reset. Unread bytes (a pipelined request) or nothing yet:
+// still there. A client that only half-closed (shutdown(SHUT_WR), still reading) counts as gone here as it does
+// for cpp-httplib, which sends it no response.
+bool client_gone(int fd) {
+  char c;
+  const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n >= 0) return n == 0;
+  return errno == ECONNRESET || errno == ECONNABORTED || errno == ETIMEDOUT || errno == EPIPE || errno == ENOTCONN ||
+         errno == EHOSTUNREACH || errno == ENETUNREACH;
 }
 
 // What each session id's last turn held (its prompt and generated tokens: their count and a hash), for the
@@ -244,6 +306,7 @@ struct Job {
   int32_t lp_skip = -1;                     // the EOS id: ends the text, not reported
   size_t bytes = 0, max_bytes = 0;
   bool done = false, overflow = false, first = true;
+  bool client_gone = false;  // a non-streamed request's client hung up (set before done): cancelled for it
   text::TextDone result;
   RequestId id = 0;
   Clock::time_point submitted = Clock::now();
@@ -479,10 +542,14 @@ struct Server {
       auto* h = static_cast<std::shared_ptr<Job>*>(c);
       std::shared_ptr<Job> j = std::move(*h);
       delete h;
+      std::lock_guard<std::mutex> lock(j->mu);  // first: the finish label reads client_gone, set under it
       {
         std::lock_guard<std::mutex> ml(j->metrics->mu);
         const auto& r = d.result;
-        j->metrics->finishes[j->overflow ? "cancelled_slow_reader" : text::text_finish_name(r.finish)]++;
+        const bool cancelled = r.finish == text::TextFinish::cancelled;
+        j->metrics->finishes[j->overflow                     ? "cancelled_slow_reader"
+                             : cancelled && j->client_gone ? "cancelled_client_gone"
+                                                           : text::text_finish_name(r.finish)]++;
         j->metrics->prompt_tokens += uint64_t(r.prompt_tokens);
         j->metrics->completion_tokens += uint64_t(r.completion_tokens);
         j->metrics->cached_tokens += uint64_t(r.cached_tokens);
@@ -491,7 +558,6 @@ struct Server {
         std::lock_guard<std::mutex> ll(*j->live_mu);
         j->live->erase(d.id);
       }
-      std::lock_guard<std::mutex> lock(j->mu);
       j->result = d;
       j->done = true;
       j->cv.notify_all();
@@ -528,16 +594,46 @@ struct Server {
 
   void cancel(Job& j) { static_cast<void>(batch->cancel(j.id)); }
 
-  // Waits for the request's end (non-streaming), bounded by the request timeout.
-  void wait_done(Job& j) {
+  // Waits for the request's end (non-streaming), bounded by the request timeout. Every client_poll it looks
+  // at the request's connection (request_socket): a client that hung up gets its request cancelled (finish
+  // cancelled_client_gone, one line on stderr) and a 499 nobody reads. Without the socket: until done/timeout.
+  static constexpr auto client_poll = std::chrono::milliseconds(200);
+  std::atomic<bool> told_no_socket{false};  // the "connection not found" line is printed once
+  void wait_done(Job& j, const httplib::Request& req) {
+    const int fd = request_socket(req);
+    if (fd < 0) {
+      if (!told_no_socket.exchange(true))
+        fmt::print(stderr, "dsv41 serve: the connection of a non-streamed request ({}:{}) was not found: such "
+                           "requests run to their end if their client hangs up\n", req.remote_addr, req.remote_port);
+    }
     std::unique_lock<std::mutex> lock(j.mu);
     const auto deadline = j.submitted + std::chrono::seconds(opt.request_timeout);
-    if (!j.cv.wait_until(lock, deadline, [&] { return j.done; })) {
+    auto end_cancelled = [&](auto&& why) {
       lock.unlock();
       cancel(j);
       lock.lock();
       j.cv.wait(lock, [&] { return j.done; });  // on_done comes within a step of the cancel
-      throw BadRequest{504, "request timed out after " + std::to_string(opt.request_timeout) + " s", "request_timeout"};
+      why();
+    };
+    for (;;) {
+      const auto until = fd < 0 ? deadline : std::min(deadline, Clock::now() + client_poll);
+      if (j.cv.wait_until(lock, until, [&] { return j.done; })) return;
+      if (Clock::now() >= deadline)
+        end_cancelled([&] {
+          throw BadRequest{504, "request timed out after " + std::to_string(opt.request_timeout) + " s",
+                           "request_timeout"};
+        });
+      if (fd >= 0 && client_gone(fd)) {
+        j.client_gone = true;
+        end_cancelled([&] {
+          if (j.result.result.finish != text::TextFinish::cancelled) return;  // it ended first: answer as usual
+          fmt::print(stderr, "dsv41 serve: request {} cancelled: the client closed the connection ({}:{}; {} "
+                             "prompt, {} generated tokens, {:.2f} s)\n", j.id, req.remote_addr, req.remote_port,
+                     j.result.result.prompt_tokens, j.result.result.completion_tokens, seconds_since(j.submitted));
+          throw BadRequest{499, "cancelled: the client closed the connection", "client_gone"};
+        });
+        return;
+      }
     }
   }
 
@@ -632,7 +728,7 @@ struct Server {
     if (!treq.forced_text.empty() && thinking) treq.force_after = loaded->chat_tokens().think_close;
     std::shared_ptr<Job> job = submit(std::move(treq));
     if (!stream) {
-      wait_done(*job);
+      wait_done(*job, req);
       const text::TextDone& d = job->result;
       if (d.result.finish == text::TextFinish::error) throw from_status(d.status);
       if (d.result.finish == text::TextFinish::cancelled)
@@ -751,7 +847,7 @@ struct Server {
     const bool stream = plan.stream;
     std::shared_ptr<Job> job = submit(request_of(text::PromptText{std::move(prompt), {}}, o, true, top_lp));
     if (!stream) {
-      wait_done(*job);
+      wait_done(*job, req);
       const text::TextDone& d = job->result;
       if (d.result.finish == text::TextFinish::error) throw from_status(d.status);
       if (d.result.finish == text::TextFinish::cancelled)
@@ -802,7 +898,7 @@ struct Server {
       out += fmt::format("dsv41_requests_total{{path=\"{}\",code=\"{}\"}} {}\n", k.first, k.second, n);
     out += "# HELP dsv41_engine_requests_total Generation requests ended, by finish reason.\n"
            "# TYPE dsv41_engine_requests_total counter\n";
-    for (const char* f : {"stop", "length", "cancelled", "cancelled_slow_reader", "error"})
+    for (const char* f : {"stop", "length", "cancelled", "cancelled_slow_reader", "cancelled_client_gone", "error"})
       out += fmt::format("dsv41_engine_requests_total{{finish=\"{}\"}} {}\n", f,
                          metrics.finishes.count(f) ? metrics.finishes.at(f) : 0);
     auto counter = [&](const char* name, const char* help, uint64_t v) {

@@ -21,7 +21,7 @@
 #include <dsv41/session/model_identity.hpp>
 #include <dsv41/session/session_cache.hpp>
 #include <dsv41/session/window_pool.hpp>
-#if defined(__CUDACC__)  // the CUDA engine's unit (cmd_text_cuda.cu): device states' session blocks
+#if defined(__CUDACC__)  // the CUDA unit (cmd_cuda.cu): device states' session blocks
 #include <dsv41/backend/cuda/session_state.hpp>
 #endif
 #endif

@@ -7,6 +7,7 @@ request has a timeout and the whole run stops itself.
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -290,6 +291,63 @@ try:
     check(code == 200, "server alive after a client hung up")
     after = client.chat.completions.create(**kw)
     check(after.choices[0].message.content == a.choices[0].message.content, "serves correctly after a hang-up")
+
+    # A non-streamed request whose client hangs up is cancelled within a bounded time (the server polls the
+    # connection while it waits), counted as finish "cancelled_client_gone", and its slot is freed. Its prompt's
+    # prefill (~1000-1500 tokens, longer than the 0.3 s before the hang-up on either test model) keeps it running
+    # whatever the model would generate; 2000 greedy tokens follow. Without the cancel it would run for many
+    # seconds and the counter would stay 0.
+    def metric_samples():
+        with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        sample = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*"'
+                            r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*")*\})? (\S+)')
+        out, typed, ok = {}, set(), True
+        for line in text.splitlines():
+            if line.startswith("# TYPE "):
+                typed.add(line.split()[2])
+            elif line and not line.startswith("#"):
+                m = sample.fullmatch(line)
+                if not m:
+                    ok = False
+                    continue
+                base_name = re.sub(r"_(bucket|sum|count)$", "", m.group(1))
+                ok &= m.group(1) in typed or base_name in typed
+                try:
+                    out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+                except ValueError:
+                    ok = False
+        return out, ok
+    gone_key = 'dsv41_engine_requests_total{finish="cancelled_client_gone"}'
+    before, _ = metric_samples()
+    body = json.dumps({"messages": [{"role": "user", "content": " ".join(f"w{i}" for i in range(400))}],
+                       "max_tokens": 2000, "temperature": 0}).encode()
+    hs = socket.create_connection(("127.0.0.1", port), timeout=10)
+    hs.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    time.sleep(0.3)
+    hs.close()
+    t_close, gone_at, ms = time.time(), None, before
+    while time.time() < t_close + 5:
+        ms, _ = metric_samples()
+        if ms.get(gone_key, 0) > before.get(gone_key, 0):
+            gone_at = time.time()
+            break
+        time.sleep(0.05)
+    check(gone_at is not None, "a non-streamed request whose client hung up is cancelled within 5 s "
+                               f"(finish cancelled_client_gone: {ms.get(gone_key)})")
+    if gone_at is not None:
+        print(f"non-streamed hang-up: cancelled {gone_at - t_close:.2f} s after the close")
+        free_by = time.time() + 3
+        while ms.get("dsv41_running_requests", 1) > 0 and time.time() < free_by:
+            time.sleep(0.05)
+            ms, _ = metric_samples()
+        check(ms.get("dsv41_running_requests") == 0, "its slot is freed")
+    ms, parsed = metric_samples()
+    check(parsed, "/metrics parses as Prometheus text, every sample typed")
+    after2 = client.chat.completions.create(**kw)
+    check(after2.choices[0].message.content == a.choices[0].message.content,
+          "serves correctly after a non-streamed hang-up")
 finally:
     server.terminate()
     try:
@@ -297,5 +355,8 @@ finally:
     except subprocess.TimeoutExpired:
         server.kill()
     shutil.rmtree(xdg, ignore_errors=True)
+log = server.stdout.read() if server.stdout else ""
+gone_lines = [line for line in log.splitlines() if "cancelled: the client closed the connection" in line]
+check(len(gone_lines) == 1, f"the non-streamed hang-up is logged in one line: {gone_lines}")
 
 exit_with_summary()

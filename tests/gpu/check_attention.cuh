@@ -87,7 +87,8 @@ inline CheckResult check_attention(const AttnCfg& cfg, uint64_t seed) {
   c.r.shape = shape_str({{"R", R}, {"H", H}, {"D", D}, {"win", cfg.n_win}, {"sel", cfg.n_comp}});
   c.r.bound = "ulp+2^-8*max|e_i|";
   const bool tc = gpu::sparse_attention_fast_shape(H, D) && gpu::detail::attn::smem_bytes(p, 16) <= 227 * 1024;
-  c.r.note = tc ? "tensor cores" : (size_t(D) * 4 + size_t(cfg.n_win + cfg.n_comp) * 8 <= 200 * 1024 ? "generic" : "generic, scores recomputed");
+  const int split = tc ? gpu::detail::attn::split_for(p) : 1;
+  c.r.note = tc ? (split > 1 ? "tensor cores, cluster split " + std::to_string(split) : std::string("tensor cores")) : (size_t(D) * 4 + size_t(cfg.n_win + cfg.n_comp) * 8 <= 200 * 1024 ? "generic" : "generic, scores recomputed");
   if constexpr (FD > 0) c.r.note += ", fixed<H, D>: " + std::to_string(fixed_diff) + " outputs differ from run time";
   std::vector<float> o(size_t(H) * D), maxe(static_cast<size_t>(D));
   for (int r = 0; r < R; ++r) {

@@ -4,7 +4,7 @@
 # times the kernels at the released shapes and prints the table (also written as markdown to
 # $OUT/gpu_results.md, or build/gpu/out/ when OUT is unset).
 #
-#   bash tools/gpu/run_all.sh [--checks-only | --bench-only]
+#   bash tools/gpu/run_all.sh [--checks-only | --bench-only]     (OPS="attention moe": only those ops; copy always)
 #
 # Build products go to build/gpu/ (ignored by git). A harness or ref_cpu.o already there is reused
 # only when its stamp (a hash of the sources it was built from) matches the current sources, so a
@@ -25,7 +25,7 @@ hash_of() { find "$@" -type f \( -name '*.hpp' -o -name '*.cuh' -o -name '*.cu' 
 # ref_cpu.o: the project headers it includes (as g++ lists them); the harness: the CUDA headers and checks.
 REF_DEPS=$($CXX -std=c++20 -Iinclude -MM -MG tests/gpu/ref_cpu.cpp | tr -d '\\' | tr ' ' '\n' | grep -E '^(include|tests)/' | sort -u)
 REF_STAMP=$(cat $REF_DEPS | sha256sum | cut -c1-16)
-ALL_STAMP=$(echo "$REF_STAMP $(hash_of include/dsv41/cuda include/dsv41/numeric include/dsv41/core tests/gpu bench/gpu_bench.cuh tools/gpu)" | sha256sum | cut -c1-16)
+ALL_STAMP=$(echo "$REF_STAMP $(hash_of include/dsv41/backend/cuda include/dsv41/numeric include/dsv41/core tests/gpu bench/gpu_bench.cuh tools/gpu)" | sha256sum | cut -c1-16)
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>/dev/null || true
 
@@ -52,13 +52,13 @@ MD="$OUTDIR/gpu_results.md"
 MODE=${1:-all}
 fail=0
 if [[ $MODE != --bench-only ]]; then
-  for op in rmsnorm act_quant gemm attention indexer mhc moe; do
+  for op in ${OPS:-rmsnorm act_quant gemm attention indexer mhc moe}; do
     $B/harness --checks-only --only=$op --md="$MD" 2>&1 | tee -a "$OUTDIR/harness.log" | grep -v '^device:' || fail=1
   done
 fi
 if [[ $MODE != --checks-only ]]; then
   echo >> "$MD"
-  for op in copy rmsnorm act_quant gemm attention indexer mhc moe; do
+  for op in copy ${OPS:-rmsnorm act_quant gemm attention indexer mhc moe}; do
     $B/harness --bench-only --only=$op --md="$MD.$op" >> "$OUTDIR/harness.log" 2>&1 || fail=1
   done
   first=1
