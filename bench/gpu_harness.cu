@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
       rows.push_back(bench_gemm("wq_b", 2048, 32768, 1280));
       rows.push_back(bench_gemm("wo_b", 2048, 5120, 8192));
     });
-    run("attention", [&] { rows.push_back(bench_attention(4)); rows.push_back(bench_attention(2048)); });
+    run("attention", [&] { for (int R : {1, 4, 16, 64, 128, 2048}) rows.push_back(bench_attention(R)); });
     run("indexer", [&] {
       for (auto& r : bench_indexer(4, 65536)) rows.push_back(r);
       for (auto& r : bench_indexer(256, 65536)) rows.push_back(r);
@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
     run("mhc", [&] { rows.push_back(bench_mhc(4)); rows.push_back(bench_mhc(2048)); });
     run("moe", [&] {
       MoeBench mb;
+      rows.push_back(mb.run(1));
       rows.push_back(mb.run(8));
       rows.push_back(mb.run(64));
       rows.push_back(mb.run(2048));

@@ -1,5 +1,6 @@
 // dsv41 serve: an OpenAI-compatible HTTP server (cpp-httplib). /v1/chat/completions (SSE streaming or
 // not, reasoning_content, tool calls), /v1/completions, /v1/models, /health (503 while loading), /metrics.
+// --health-port: /health and /metrics also on a second listener with its own two workers, for probes.
 // Requests share engine steps (runtime/text_engine.hpp, continuous batching): one thread steps, each HTTP
 // request reads its own bounded output queue, so a slow or gone client costs the others nothing. Bad requests
 // get 4xx JSON errors and never stop the server; SIGTERM drains.
@@ -57,6 +58,7 @@ struct ServeOpts {
   LoadArgs load;
   std::string host = "127.0.0.1", name;
   int port = 8080;
+  int health_port = 0;            // a second listener for /health and /metrics only (0: none)
   int max_tokens_cap = 4096;
   int load_delay_ms = 0;  // tests: keep /health at 503 this long
   SessionArgs sessions;
@@ -326,6 +328,7 @@ struct Server {
   GenerationDefaults gen;  // the model directory's generation_config.json
   Metrics metrics;
   httplib::Server http;
+  httplib::Server health_http;  // --health-port: /health and /metrics only, its own workers
   // Wakes the stepping thread: submits bump `wakes`.
   std::mutex wake_mu;
   std::condition_variable wake_cv;
@@ -970,6 +973,65 @@ struct Server {
     http.stop();
   }
 
+  // /health and /metrics, the same on the main port and on --health-port.
+  void health_page(const httplib::Request&, httplib::Response& res) {
+    if (draining) send_json(res, 503, {{"status", "draining"}});
+    else if (ready) send_json(res, 200, {{"status", "ok"}});
+    else send_json(res, 503, {{"status", load_error.empty() ? "loading" : "failed"}, {"error", load_error}});
+  }
+  void metrics_page(const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_text(), "text/plain; version=0.0.4");
+  }
+  // Both listeners' logger: every answered request counts once in dsv41_requests_total{path,code}, under its
+  // path whichever port answered it (paths that are no route of the main port: "other").
+  void count_request(const httplib::Request& req, const httplib::Response& res) {
+    std::string path = req.path;
+    if (path != "/v1/chat/completions" && path != "/v1/completions" && path != "/v1/models" && path != "/health" &&
+        path != "/metrics")
+      path = "other";
+    std::lock_guard<std::mutex> lock(metrics.mu);
+    ++metrics.requests[{path, res.status}];
+  }
+  // Both listeners' error handler: a JSON body for a 4xx/5xx that has none yet.
+  void error_page(const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const std::string msg = res.status == 404   ? "no route " + req.method + " " + req.path
+                            : res.status == 413 ? "request body larger than " + std::to_string(opt.max_body_bytes) + " bytes"
+                                                : "request failed";
+    send_json(res, res.status, error_body(msg, "invalid_request_error", res.status == 413 ? "body_too_large" : ""));
+  }
+
+  // --health-port: a listener of its own for liveness/readiness probes and scrapes, so that clients holding every
+  // worker of the main port (slow, idle, or just many) cannot make /health slow. Two workers, short timeouts and
+  // no keep-alive: a connection holds a worker for one request, at most ~1 s waiting for it and 2 s per read or
+  // write. Only GET/HEAD /health and /metrics, answered by the main port's code; anything else is refused before
+  // a body is read (404, or 405 for another method on those two paths).
+  void configure_health_server() {
+    health_http.new_task_queue = [] { return new httplib::ThreadPool(2); };
+    health_http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      const bool ours = req.path == "/health" || req.path == "/metrics";
+      if (ours && (req.method == "GET" || req.method == "HEAD")) return httplib::Server::HandlerResponse::Unhandled;
+      if (ours) {
+        res.set_header("Allow", "GET, HEAD");
+        send_json(res, 405, error_body("only GET " + req.path + " on the health port", "invalid_request_error"));
+      } else {
+        send_json(res, 404, error_body("no route " + req.method + " " + req.path +
+                                           " (the health port serves /health and /metrics only)",
+                                       "invalid_request_error"));
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    health_http.set_logger([this](const httplib::Request& req, const httplib::Response& res) { count_request(req, res); });
+    health_http.Get("/health", [this](const httplib::Request& req, httplib::Response& res) { health_page(req, res); });
+    health_http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) { metrics_page(req, res); });
+    health_http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) { error_page(req, res); });
+    health_http.set_payload_max_length(4096);
+    health_http.set_read_timeout(2, 0);
+    health_http.set_write_timeout(2, 0);
+    health_http.set_keep_alive_timeout(1);    // how long a new connection may take to send its request
+    health_http.set_keep_alive_max_count(1);  // one request a connection: no idle keep-alive holds a worker
+  }
+
   bool authorized(const httplib::Request& req) const {
     if (opt.api_key.empty()) return true;
     const std::string want = "Bearer " + opt.api_key, got = req.get_header_value("Authorization");
@@ -1011,35 +1073,16 @@ struct Server {
                                      "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
     });
-    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      std::string path = req.path;
-      if (path != "/v1/chat/completions" && path != "/v1/completions" && path != "/v1/models" && path != "/health" &&
-          path != "/metrics")
-        path = "other";
-      std::lock_guard<std::mutex> lock(metrics.mu);
-      ++metrics.requests[{path, res.status}];
-    });
-    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      if (draining) send_json(res, 503, {{"status", "draining"}});
-      else if (ready) send_json(res, 200, {{"status", "ok"}});
-      else send_json(res, 503, {{"status", load_error.empty() ? "loading" : "failed"}, {"error", load_error}});
-    });
-    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics_text(), "text/plain; version=0.0.4");
-    });
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) { count_request(req, res); });
+    http.Get("/health", [this](const httplib::Request& req, httplib::Response& res) { health_page(req, res); });
+    http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) { metrics_page(req, res); });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       send_json(res, 200, {{"object", "list"},
                            {"data", ojson::array({{{"id", opt.name}, {"object", "model"}, {"created", 0}, {"owned_by", "dsv41"}}})}});
     });
     http.Post("/v1/chat/completions", guarded(&Server::chat));
     http.Post("/v1/completions", guarded(&Server::completions));
-    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      const std::string msg = res.status == 404   ? "no route " + req.method + " " + req.path
-                              : res.status == 413 ? "request body larger than " + std::to_string(opt.max_body_bytes) + " bytes"
-                                                  : "request failed";
-      send_json(res, res.status, error_body(msg, "invalid_request_error", res.status == 413 ? "body_too_large" : ""));
-    });
+    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) { error_page(req, res); });
     http.set_payload_max_length(size_t(opt.max_body_bytes));
     http.set_read_timeout(opt.idle_timeout, 0);
     http.set_keep_alive_timeout(std::min(opt.idle_timeout, 5));  // also how long stop() waits for idle connections
@@ -1091,19 +1134,49 @@ struct Server {
       listen_fd = int(sock);
     });
     bool ok = http.bind_to_port(opt.host, opt.port);
+    std::string failed = ok ? "" : fmt::format("{}:{}", opt.host, opt.port);  // what could not be bound
     if (ok && listen_fd >= 0 && ::listen(listen_fd, opt.backlog) != 0)
       fmt::print(stderr, "dsv41 serve: the listen backlog stays at 5 ({})\n", std::strerror(errno));
+    // The health listener, once the main socket is bound; it stops after the main one (SIGTERM's drain
+    // included: probes see 503 "draining" until the main port has finished).
+    std::thread health_thread;
+    std::atomic<bool> health_ended{false};
+    if (ok && opt.health_port > 0) {
+      configure_health_server();
+      errno = 0;
+      if (!health_http.bind_to_port(opt.host, opt.health_port)) {
+        ok = false;
+        failed = fmt::format("{}:{} (--health-port{})", opt.host, opt.health_port,
+                             errno ? std::string(": ") + std::strerror(errno) : std::string());
+      } else {
+        health_thread = std::thread([this, &health_ended] {
+          if (!health_http.listen_after_bind() && !stopping)
+            fmt::print(stderr, "dsv41 serve: the health port {} stopped accepting connections\n", opt.health_port);
+          health_ended = true;
+        });
+        // httplib's stop() acts on a running server only: wait until it runs, so that the stop below is not lost.
+        while (!health_http.is_running() && !health_ended) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
     if (ok) {
       fmt::print(stderr, "dsv41 serve: listening on http://{}:{} (backlog {})\n", opt.host, opt.port, opt.backlog);
+      if (health_thread.joinable())
+        fmt::print(stderr, "dsv41 serve: health port listening on http://{}:{} (/health and /metrics only, 2 workers)\n",
+                   opt.host, opt.health_port);
       ok = http.listen_after_bind();
+      if (!ok) failed = fmt::format("{}:{}", opt.host, opt.port);
     }
     stopping = true;
+    if (health_thread.joinable()) {
+      health_http.stop();
+      health_thread.join();
+    }
     loader.join();
     watcher.join();
     wake_cv.notify_all();
     if (step_thread.joinable()) step_thread.join();
     if (!ok) {
-      fmt::print(stderr, "dsv41 serve: cannot listen on {}:{}\n", opt.host, opt.port);
+      fmt::print(stderr, "dsv41 serve: cannot listen on {}\n", failed);
       return 1;
     }
     fmt::print(stderr, "dsv41 serve: stopped\n");
@@ -1141,6 +1214,9 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--device", o->load.device, "cpu (reference) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--host", o->host, "address to listen on");
   sub->add_option("--port", o->port, "port")->check(CLI::Range(1, 65535));
+  sub->add_option("--health-port", o->health_port,
+                  "also serve /health and /metrics on this port, with 2 workers of its own, for probes (0: off)")
+      ->check(CLI::Range(0, 65535));
   sub->add_option("--model-name", o->name, "name reported by /v1/models (default: the directory name)");
   sub->add_option("--max-tokens-cap", o->max_tokens_cap, "largest max_tokens a request may ask for");
   sub->add_option("--debug-load-delay-ms", o->load_delay_ms, "wait before loading (tests the 503 answer)");

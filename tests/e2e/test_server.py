@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, __import__('os').path.dirname(__file__))
-from e2e_common import check, exit_with_summary, free_port  # noqa: E402
+from e2e_common import check, exit_with_summary, free_port, start_server  # noqa: E402
 
 import openai
 
@@ -38,6 +38,31 @@ def get(url):
 
 def curl(*args):
     return subprocess.run(["curl", "-sS", "--max-time", "60", *args], capture_output=True, text=True, timeout=90)
+
+
+def metric_samples(at=None, timeout=10):
+    """GET /metrics from `at` (default: the main server): ({sample with labels: value}, whether it parses as
+    Prometheus text with every sample typed)."""
+    with urllib.request.urlopen((at or base) + "/metrics", timeout=timeout) as r:
+        text = r.read().decode()
+    sample = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*"'
+                        r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*")*\})? (\S+)')
+    out, typed, ok = {}, set(), bool(text)
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            typed.add(line.split()[2])
+        elif line and not line.startswith("#"):
+            m = sample.fullmatch(line)
+            if not m:
+                ok = False
+                continue
+            base_name = re.sub(r"_(bucket|sum|count)$", "", m.group(1))
+            ok &= m.group(1) in typed or base_name in typed
+            try:
+                out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+            except ValueError:
+                ok = False
+    return out, ok
 
 
 port = free_port()
@@ -297,27 +322,6 @@ try:
     # prefill (~1000-1500 tokens, longer than the 0.3 s before the hang-up on either test model) keeps it running
     # whatever the model would generate; 2000 greedy tokens follow. Without the cancel it would run for many
     # seconds and the counter would stay 0.
-    def metric_samples():
-        with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
-            text = r.read().decode()
-        sample = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*"'
-                            r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*")*\})? (\S+)')
-        out, typed, ok = {}, set(), True
-        for line in text.splitlines():
-            if line.startswith("# TYPE "):
-                typed.add(line.split()[2])
-            elif line and not line.startswith("#"):
-                m = sample.fullmatch(line)
-                if not m:
-                    ok = False
-                    continue
-                base_name = re.sub(r"_(bucket|sum|count)$", "", m.group(1))
-                ok &= m.group(1) in typed or base_name in typed
-                try:
-                    out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-                except ValueError:
-                    ok = False
-        return out, ok
     gone_key = 'dsv41_engine_requests_total{finish="cancelled_client_gone"}'
     before, _ = metric_samples()
     body = json.dumps({"messages": [{"role": "user", "content": " ".join(f"w{i}" for i in range(400))}],
@@ -358,5 +362,131 @@ finally:
 log = server.stdout.read() if server.stdout else ""
 gone_lines = [line for line in log.splitlines() if "cancelled: the client closed the connection" in line]
 check(len(gone_lines) == 1, f"the non-streamed hang-up is logged in one line: {gone_lines}")
+
+
+# --health-port: /health and /metrics on a listener with 2 workers of its own. A server with 2 main workers
+# (--threads 2), both held by clients that sent half a request (headers never finished: the main port waits for
+# them for --idle-timeout, 30 s): /health on the main port waits in the queue for a worker, /health on the health
+# port answers at once. Then the held clients leave and the main port answers the waiting probe.
+def timed_get(url, timeout):
+    """(status or None when no answer within timeout, body bytes, seconds taken)."""
+    t0 = time.time()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read(), time.time() - t0
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), time.time() - t0
+    except OSError:
+        return None, b"", time.time() - t0
+
+
+def refuses(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return False
+    except OSError:
+        return True
+
+
+hp = free_port()
+hbase = f"http://127.0.0.1:{hp}"
+hlog = tempfile.TemporaryFile(mode="w+")
+hsrv, mbase = start_server([BIN, "serve", "--model", MODEL, "--tokenizer", TOKENIZER, "--model-name", "tiny",
+                            "--no-cache", "--threads", "2", "--health-port", str(hp)], output=hlog, timeout=60)
+mport = int(mbase.rsplit(":", 1)[1])
+held, waiting = [], None
+try:
+    code, body, dt = timed_get(hbase + "/health", 5)
+    check(code == 200 and json.loads(body or b"null") == {"status": "ok"}, f"health port /health: {code} {body}")
+    for _ in range(2):
+        hs = socket.create_connection(("127.0.0.1", mport), timeout=5)
+        hs.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # the headers never end
+        held.append(hs)
+    time.sleep(0.5)  # both workers have taken them (the queue is first come, first served anyway)
+    waiting = socket.create_connection(("127.0.0.1", mport), timeout=5)
+    waiting.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    waiting.settimeout(1.0)
+    try:
+        first = waiting.recv(4096)
+    except socket.timeout:
+        first = None
+    check(first is None, f"main port: /health unanswered for 1 s while both workers are held ({first!r})")
+
+    def health_metrics():
+        try:
+            return metric_samples(hbase, timeout=1)
+        except OSError:  # no answer within 1 s
+            return {}, False
+    before, parsed = health_metrics()
+    check(parsed and "dsv41_requests_total{path=\"/health\",code=\"200\"}" in before,
+          "health port: /metrics parses as Prometheus text, every sample typed, while the main port is full")
+    code, body, dt = timed_get(hbase + "/health", 1)
+    check(code == 200 and json.loads(body or b"null") == {"status": "ok"} and dt < 1,
+          f"health port: /health 200 within 1 s while the main port is full ({code}, {dt:.2f} s)")
+    # Counted once, under its path (no main-port request ends meanwhile: its workers are held).
+    key = 'dsv41_requests_total{path="/health",code="200"}'
+    by, after = time.time() + 2, before
+    while time.time() < by and after.get(key, 0) < before.get(key, 0) + 1:
+        after, _ = health_metrics()
+    check(after.get(key, 0) == before.get(key, 0) + 1,
+          f"a health-port /health counts once in {key}: {before.get(key)} -> {after.get(key)}")
+    code, body, dt = timed_get(hbase + "/v1/models", 1)
+    check(code == 404 and "error" in json.loads(body or b"{}"), f"health port: /v1/models 404 ({code} {body})")
+    r = urllib.request.Request(hbase + "/v1/chat/completions", method="POST", data=b'{"messages": []}',
+                               headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(r, timeout=2) as resp:
+            pcode = resp.status
+    except urllib.error.HTTPError as e:
+        pcode = e.code
+    except OSError as e:
+        pcode = str(e)
+    check(pcode == 404, f"health port: POST /v1/chat/completions 404 ({pcode})")
+
+    for hs in held:
+        hs.close()
+    held = []
+    waiting.settimeout(10)
+    answer = b""
+    try:
+        while chunk := waiting.recv(4096):
+            answer += chunk
+    except OSError:
+        pass
+    check(answer.startswith(b"HTTP/1.1 200"), f"main port: the waiting /health is answered once the workers are free "
+                                              f"({answer[:40]!r})")
+    code, body, dt = timed_get(mbase + "/health", 5)
+    check(code == 200, f"main port answers again: {code} in {dt:.2f} s")
+    # SIGTERM (the drain path) stops both listeners; exit 0.
+    hsrv.terminate()
+    try:
+        rc = hsrv.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        rc = "timeout"
+    check(rc == 0, f"SIGTERM: the server with a health port exits 0 ({rc})")
+    check(refuses(hp) and refuses(mport), "after SIGTERM neither port accepts connections")
+finally:
+    for hs in held + ([waiting] if waiting else []):
+        hs.close()
+    if hsrv.poll() is None:
+        hsrv.kill()
+        hsrv.wait(timeout=10)
+hlog.seek(0)
+hlines = hlog.read()
+check(f"dsv41 serve: health port listening on http://127.0.0.1:{hp}" in hlines, "the health port's startup line")
+
+# A health port that cannot be bound: an error line and a non-zero exit, not a server without probes.
+with socket.socket() as taken:
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    tp = taken.getsockname()[1]
+    try:
+        bad = subprocess.run([BIN, "serve", "--model", MODEL, "--tokenizer", TOKENIZER, "--no-cache",
+                              "--port", str(free_port()), "--health-port", str(tp)],
+                             capture_output=True, text=True, timeout=60)
+        check(bad.returncode != 0 and f"cannot listen on 127.0.0.1:{tp} (--health-port" in bad.stderr,
+              f"a taken health port: exit {bad.returncode}, {bad.stderr.strip()[-200:]!r}")
+    except subprocess.TimeoutExpired:
+        check(False, "a taken health port: the server did not exit within 60 s")
 
 exit_with_summary()

@@ -68,6 +68,9 @@ inline const std::vector<OpCase>& op_cases() {
       {"attention", "D 256", [] { return check_attention({5, 32, 256, 40, 100, 64, 300}, 52); }},
       {"attention", "32-head CTAs", [] { return check_attention({528, 32, 128, 16, 48, 64, 512}, 54); }},
       {"attention", "released 64 x 512", [] { return check_attention({4, 64, 512, 128, 512, 256, 4096}, 53); }},
+      // decode: a row's entry chunks split over a cluster (split_for); ranks 3/4 of rows 0/1 have no chunk
+      {"attention", "released decode, 1 row (cluster split 8)", [] { return check_attention({1, 64, 512, 128, 512, 256, 4096}, 58); }},
+      {"attention", "cluster split, ranks without entries, empty row", [] { return check_attention({3, 16, 128, 40, 200, 64, 512}, 59); }},
       // the release's H 64, D 512 as template arguments (gpu::Ops<configs::V41Flash>): = run time, vs CPU
       {"attention", "released fixed<64, 512> decode",
        [] { return check_attention<64, 512>({4, 64, 512, 128, 512, 256, 4096}, 48); }},
@@ -114,6 +117,9 @@ inline const std::vector<OpCase>& op_cases() {
       {"moe", "tiny", [] { return check_moe({5, 256, 16, 4, 128}, 41); }},
       {"moe", "several tiles per expert", [] { return check_moe({400, 256, 16, 2, 128}, 42); }},
       {"moe", "released decode", [] { return check_moe({8, 5120, 384, 6, 2304}, 43); }},
+      {"moe", "released decode, 1 token", [] { return check_moe({1, 5120, 384, 6, 2304}, 48); }},
+      {"moe", "~10 rows per expert", [] { return check_moe({40, 256, 8, 2, 128}, 49); }},
+      {"moe", "d 2592 (81 K blocks), I 544", [] { return check_moe({3, 2592, 32, 4, 544}, 50); }},
       {"moe", "odd d 96, I 96, k 9 of 12", [] { return check_moe({5, 96, 12, 9, 96}, 44); }},
       {"moe", "odd d 160, I 160", [] { return check_moe({7, 160, 8, 2, 160}, 45); }},
       {"moe", "odd d 224, I 32, k 16 of 40", [] { return check_moe({6, 224, 40, 16, 32}, 46); }},

@@ -100,6 +100,18 @@ __device__ __forceinline__ uint32_t ld_scale4(const uint8_t* row, int kb, int kb
 __device__ __forceinline__ float sbyte(uint32_t w, int i) { return ue8m0_f((w >> (8 * i)) & 0xFFu); }
 
 __device__ __forceinline__ float silu_ref(float x) { return __fdiv_rn(x, __fadd_rn(1.f, expf(-x))); }
+// The SwiGLU output of one element from its FP32 sums g (w1) and u (w3): bf16(g), bf16(u), clamped to the limit
+// (0: none), silu(g)·u, times the row's routing weight w (1 when there is none: skipped), as cpu::moe.
+__device__ __forceinline__ float swiglu_ref(float g, float u, float limit, const float* w) {
+  float gv = bf16r(g), uv = bf16r(u);
+  if (limit > 0.f) {
+    gv = fminf(gv, limit);
+    uv = fminf(fmaxf(uv, -limit), limit);
+  }
+  float v = __fmul_rn(silu_ref(gv), uv);
+  if (w) v = __fmul_rn(*w, v);
+  return v;
+}
 
 // One warp: 16 weight rows x up to 8·NTM activation rows, a K range (split-K over blockIdx.z).
 // Weights and scales of 4 K blocks are loaded before use (bytes in flight); the activation operands
@@ -229,13 +241,7 @@ __global__ void __launch_bounds__(128) skinny_gemm_kernel(const SkinnyParams p) 
         p.partial[(int64_t(blockIdx.z) * p.M + pr) * p.N + n] = acc[j][c];
         if constexpr (SWIGLU) p.partial[(int64_t(p.ksplit + blockIdx.z) * p.M + pr) * p.N + n] = acc3[j][c];
       } else if constexpr (SWIGLU) {
-        float gv = bf16r(acc[j][c]), uv = bf16r(acc3[j][c]);
-        if (p.limit > 0.f) {
-          gv = fminf(gv, p.limit);
-          uv = fminf(fmaxf(uv, -p.limit), p.limit);
-        }
-        float v = __fmul_rn(silu_ref(gv), uv);
-        if (p.row_weight) v = __fmul_rn(p.row_weight[pr], v);
+        const float v = swiglu_ref(acc[j][c], acc3[j][c], p.limit, p.row_weight ? p.row_weight + pr : nullptr);
         p.y[pr * p.ldy + n] = __float2bfloat16_rn(v);
       } else {
         p.y[pr * p.ldy + n] = __float2bfloat16_rn(acc[j][c]);
@@ -253,15 +259,8 @@ __global__ void swiglu_reduce_kernel(const float* __restrict__ partial, int kspl
   const int64_t MN = int64_t(M) * N;
   float a = partial[i], b = partial[ksplit * MN + i];
   for (int z = 1; z < ksplit; ++z) { a += partial[z * MN + i]; b += partial[(ksplit + z) * MN + i]; }
-  float gv = bf16r(a), uv = bf16r(b);
-  if (limit > 0.f) {
-    gv = fminf(gv, limit);
-    uv = fminf(fmaxf(uv, -limit), limit);
-  }
   const int64_t m = i / N, n = i % N;
-  float v = __fmul_rn(silu_ref(gv), uv);
-  if (row_weight) v = __fmul_rn(row_weight[m], v);
-  y[m * ldy + n] = __float2bfloat16_rn(v);
+  y[m * ldy + n] = __float2bfloat16_rn(swiglu_ref(a, b, limit, row_weight ? row_weight + m : nullptr));
 }
 
 // y = Σ_z partial[z] (in z order), BF16 or FP32 out.

@@ -67,7 +67,6 @@ constexpr int kMoeTile = 16;  // rows per expert tile (the skinny kernel's 2-til
 inline int moe_max_tiles(const MoeShape& s) { return ceil_div(s.T * s.k, kMoeTile) + std::min(s.E, s.T * s.k); }
 inline int bits_for(int E) { int b = 1; while ((1 << b) < E) ++b; return b; }
 inline bool moe_route_fast(const MoeShape& s) { return s.E <= 1024 && s.k <= 8; }
-
 // Walks the workspace layout; with base == nullptr only counts bytes.
 inline size_t moe_layout(const MoeShape& s, uint8_t* base, MoeWork* w) {
   const int64_t T = s.T, P = int64_t(s.T) * s.k, d = s.d, I = s.I, E = s.E;
@@ -121,6 +120,31 @@ __global__ void gate_simple_kernel(const bf16_t* __restrict__ x, const bf16_t* _
   const int t = int(wid / E), e = int(wid % E);
   float acc = 0.f;
   for (int i = lane; i < d; i += 32) acc = fmaf(bf2f(x[int64_t(t) * d + i]), bf2f(w[int64_t(e) * d + i]), acc);
+  acc = warp_sum(acc);
+  if (lane == 0) logits[wid] = acc;
+}
+
+// gate_simple_kernel with 16-byte loads (x and w rows 16-byte aligned, d % 8 == 0): lane l takes elements
+// 8l..8l+7 of each 256-wide stretch, in order, then the lanes are summed in the same tree.
+template <int = 0>
+__global__ void gate_vec_kernel(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, int T, int E, int d,
+                                float* __restrict__ logits) {
+  const int64_t wid = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (wid >= int64_t(T) * E) return;
+  const int t = int(wid / E), e = int(wid % E);
+  const uint4* xr = reinterpret_cast<const uint4*>(x + int64_t(t) * d);
+  const uint4* wr = reinterpret_cast<const uint4*>(w + int64_t(e) * d);
+  float acc = 0.f;
+  for (int i = lane; i < d / 8; i += 32) {
+    const uint4 xv = __ldg(xr + i), wv = __ldg(wr + i);
+    const uint32_t xs[4] = {xv.x, xv.y, xv.z, xv.w}, ws[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      acc = fmaf(__uint_as_float(xs[q] << 16), __uint_as_float(ws[q] << 16), acc);
+      acc = fmaf(__uint_as_float(xs[q] & 0xFFFF0000u), __uint_as_float(ws[q] & 0xFFFF0000u), acc);
+    }
+  }
   acc = warp_sum(acc);
   if (lane == 0) logits[wid] = acc;
 }
@@ -353,8 +377,13 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
   DSV41_TRY(act_quant_fp8(x, s.d, T, s.d, w.xc, w.xe, nullptr, stream));
   // Gate logits in FP32 on the CUDA cores (exact products, FP32 sums): the BF16 tensor-core GEMM's
   // truncated accumulation moved logits by up to 3.4e-4 relative, enough to flip near-tied routing.
-  detail::gate_simple_kernel<<<unsigned(ceil_div64(int64_t(T) * s.E * 32, 256)), 256, 0, stream>>>(x, W.gate, T, s.E,
-                                                                                                  s.d, w.logits);
+  const bool vec = s.d % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(W.gate) % 16 == 0;
+  if (vec)  // 128-thread blocks: more SMs at decode
+    detail::gate_vec_kernel<<<unsigned(ceil_div64(int64_t(T) * s.E * 32, 128)), 128, 0, stream>>>(x, W.gate, T, s.E,
+                                                                                                 s.d, w.logits);
+  else
+    detail::gate_simple_kernel<<<unsigned(ceil_div64(int64_t(T) * s.E * 32, 256)), 256, 0, stream>>>(x, W.gate, T,
+                                                                                                    s.E, s.d, w.logits);
   DSV41_TRY(launch_status("moe gate"));
   if (detail::moe_route_fast(s))
     detail::route_kernel<<<ceil_div(T, 4), 128, 0, stream>>>(w.logits, W.bias, T, s.E, s.k, s.norm_topk,
@@ -387,11 +416,11 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
   p1.row_src = w.row_src; p1.row_weight = w.row_w; p1.tiles = w.tiles; p1.n_tiles = w.n_tiles;
   p1.M = P; p1.y = w.h; p1.ldy = s.I; p1.limit = s.limit;
   const int max_rows = detail::kMoeTile;
-  DSV41_TRY((gemm_skinny<WFmt::FP4, true>(p1, w.max_tiles, max_rows, stream)));
-  DSV41_TRY(act_quant_fp8(w.h, s.I, P, s.I, w.hc, w.he, nullptr, stream));
   SkinnyParams p2;
   p2.w1 = W.w2; p2.N = s.d; p2.K = s.I; p2.xc = w.hc; p2.xe = w.he; p2.tiles = w.tiles; p2.n_tiles = w.n_tiles;
   p2.M = P; p2.y = w.ys; p2.ldy = s.d;
+  DSV41_TRY((gemm_skinny<WFmt::FP4, true>(p1, w.max_tiles, max_rows, stream)));
+  DSV41_TRY(act_quant_fp8(w.h, s.I, P, s.I, w.hc, w.he, nullptr, stream));
   if (comm) DSV41_CUDA_TRY(cudaMemsetAsync(w.ys, 0, size_t(P) * s.d * sizeof(bf16_t), stream), "moe rows");
   DSV41_TRY((gemm_skinny<WFmt::FP4, false>(p2, w.max_tiles, max_rows, stream)));
   if (comm) DSV41_TRY(comm->all_reduce_sum(w.ys, size_t(P) * s.d, parallel::Elem::bf16, stream));
