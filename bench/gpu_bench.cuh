@@ -12,6 +12,7 @@
 
 #include <dsv41/backend/cuda/kernels/attention.cuh>
 #include <dsv41/backend/cuda/kernels/gemm.cuh>
+#include <dsv41/backend/cuda/kernels/glue.cuh>
 #include <dsv41/backend/cuda/kernels/indexer.cuh>
 #include <dsv41/backend/cuda/kernels/mhc.cuh>
 #include <dsv41/backend/cuda/kernels/moe.cuh>
@@ -143,6 +144,34 @@ inline Row bench_gemm(const char* name, int M, int N, int K) {
   r.us = median_us([&](int i) {
     const int s = i % ns;
     GT_OK(gpu::gemm_fp8(xc[s].p, xe[s].p, M, w[s].p, ws[s].p, N, K, y.p, N, work.p, wsb, nullptr));
+  });
+  return r;
+}
+
+// The grouped wo_a projection at the released shape (8 groups of 1024 rank over 4096 inputs, FP8 weights, BF16
+// activations): the per-output warp kernel (few rows before session 8) and the rows kernel.
+inline Row bench_wo_a(int S, bool rows_kernel) {
+  const int G = 8, R = 1024, gw = 4096;
+  const double wbytes = double(G) * R * gw * (1 + 1.0 / 1024), xbytes = 2.0 * S * G * gw;
+  const int ns = rotation(wbytes + xbytes);
+  std::vector<DBuf<uint8_t>> w, ws;
+  for (int s = 0; s < ns; ++s) {
+    w.emplace_back(size_t(G) * R * gw); ws.emplace_back(size_t(G) * R / 32 * (gw / 32));
+    fill(w[s].p, w[s].n, 90 + s, 1); fill(ws[s].p, ws[s].n, 95 + s, 2, 1, 112, 116);
+  }
+  DBuf<bf16_t> o(size_t(S) * G * gw), u(size_t(S) * G * R);
+  fill(o.p, o.n, 99, 3);
+  Row r{rows_kernel ? "wo_a rows" : "wo_a per output", "S=" + std::to_string(S) + " G=8 R=1024 gw=4096", 0,
+        wbytes + xbytes + 2.0 * S * G * R, 2.0 * S * G * R * gw, '-', rows_kernel ? "warp per 2 weight rows" : "warp per output"};
+  r.us = median_us([&](int i) {
+    const int s = i % ns;
+    if (rows_kernel) {
+      GT_OK(gpu::glue::wo_a_rows(o.p, S, G, R, gw, w[s].p, ws[s].p, u.p, nullptr));
+    } else {
+      gpu::glue::wo_a_kernel<<<gpu::glue::blocks_for(int64_t(S) * G * R * 32), gpu::glue::kThreads>>>(o.p, S, G, R, gw,
+                                                                                                   w[s].p, ws[s].p, u.p);
+      GT_OK(gpu::launch_status("wo_a"));
+    }
   });
   return r;
 }

@@ -70,13 +70,17 @@ int main(int argc, char** argv) {
       rows.push_back(bench_gemm("wq_a", 2048, 1280, 5120));
       rows.push_back(bench_gemm("wq_b", 2048, 32768, 1280));
       rows.push_back(bench_gemm("wo_b", 2048, 5120, 8192));
+      for (int S : {1, 8, 16}) {
+        rows.push_back(bench_wo_a(S, false));
+        rows.push_back(bench_wo_a(S, true));
+      }
     });
     run("attention", [&] { for (int R : {1, 4, 16, 64, 128, 2048}) rows.push_back(bench_attention(R)); });
     run("indexer", [&] {
       for (auto& r : bench_indexer(4, 65536)) rows.push_back(r);
       for (auto& r : bench_indexer(256, 65536)) rows.push_back(r);
     });
-    run("mhc", [&] { rows.push_back(bench_mhc(4)); rows.push_back(bench_mhc(2048)); });
+    run("mhc", [&] { for (int T : {1, 4, 8, 64, 2048}) rows.push_back(bench_mhc(T)); });
     run("moe", [&] {
       MoeBench mb;
       rows.push_back(mb.run(1));

@@ -4,6 +4,7 @@
 // the output is rounded to BF16.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -150,4 +151,80 @@ TEST_CASE("tiled FP32 GEMM equals the per-output kernels within the FP32 sum bou
     cudaFree(b2);
   }
   CHECK(checked == 5 * 1000 + 64 * 1030 + 37 * 130 + 64 * 1024 * 8 + 6 * 256 * 4 + 20 * 64 * 2);
+}
+
+// The grouped wo_a at few rows: one warp per two weight rows over all S rows (glue::wo_a_rows) against the
+// one-warp-per-output kernel. Both are FP32 FMA chains of exact products in different orders (bound as above),
+// each within one BF16 ulp of the exactly rounded sum's neighbourhood.
+TEST_CASE("wo_a rows kernel equals the per-output kernel within the FP32 sum bound", "[gpu][gemm_f32]") {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  struct Case {
+    int S, G, R, gw;
+  };
+  int64_t checked = 0;
+  for (const Case c : {Case{1, 8, 1024, 4096}, Case{5, 8, 1024, 4096}, Case{16, 8, 1024, 4096}, Case{3, 4, 256, 512},
+                       Case{9, 2, 64, 144}}) {
+    REQUIRE(glue::wo_a_rows_fits(c.S, c.G, c.R, c.gw));
+    const int rows_w = c.G * c.R, sb = (c.gw + 31) / 32;
+    std::vector<uint16_t> a(size_t(c.S) * c.G * c.gw);
+    std::vector<float> af(a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i] = num::bf16_bits(nd(rng));
+      af[i] = num::bf16_to_f32(a[i]);
+    }
+    std::vector<uint8_t> w(size_t(rows_w) * c.gw), ws(size_t((rows_w + 31) / 32) * sb);
+    for (auto& s : ws) s = uint8_t(120 + rng() % 6);
+    std::vector<float> wf(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      uint8_t code = uint8_t(rng());
+      if ((code & 0x7F) == 0x7F) code ^= 1;  // no NaN codes
+      w[i] = code;
+      wf[i] = num::e4m3_to_f32(code) * num::ue8m0_to_f32(ws[(i / c.gw / 32) * sb + (i % c.gw) / 32]);
+    }
+    auto* dA = dev(a);
+    auto* dW = dev(w);
+    auto* dWs = dev(ws);
+    const size_t n_out = size_t(c.S) * rows_w;
+    bf16_t *b1 = nullptr, *b2 = nullptr;
+    REQUIRE(cudaMalloc(&b1, n_out * 2) == cudaSuccess);
+    REQUIRE(cudaMalloc(&b2, n_out * 2) == cudaSuccess);
+    const auto* o = reinterpret_cast<const bf16_t*>(dA);
+    REQUIRE(glue::wo_a_rows(o, c.S, c.G, c.R, c.gw, dW, dWs, b1, nullptr).ok());
+    glue::wo_a_kernel<<<glue::blocks_for(int64_t(n_out) * 32), glue::kThreads>>>(o, c.S, c.G, c.R, c.gw, dW, dWs, b2);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    const auto h1 = host(reinterpret_cast<uint16_t*>(b1), n_out), h2 = host(reinterpret_cast<uint16_t*>(b2), n_out);
+    double worst = 0;
+    int64_t bad = 0;
+    for (int t = 0; t < c.S; ++t)
+      for (int n = 0; n < rows_w; ++n) {
+        const int g = n / c.R;
+        double mag = 0, exact = 0;
+        for (int i = 0; i < c.gw; ++i) {
+          const double p = double(af[(size_t(t) * c.G + g) * c.gw + i]) * wf[size_t(n) * c.gw + i];
+          mag += std::fabs(p);
+          exact += p;
+        }
+        const size_t k = size_t(t) * rows_w + n;
+        const float r1 = num::bf16_to_f32(h1[k]), r2 = num::bf16_to_f32(h2[k]);
+        const double ulp = std::ldexp(std::max({std::fabs(r1), std::fabs(r2), float(std::fabs(exact))}), -7);
+        const double bound = 2.0 * c.gw * std::ldexp(1.0, -24) * mag + ulp;
+        const double d = std::fabs(double(r1) - r2);
+        worst = std::max(worst, d / bound);
+        bad += d > bound || std::fabs(r1 - exact) > 1.0 * c.gw * std::ldexp(1.0, -24) * mag + ulp;
+        ++checked;
+      }
+    INFO("wo_a rows S " << c.S << " G " << c.G << " R " << c.R << " gw " << c.gw);
+    CHECK(bad == 0);
+    std::printf("wo_a rows S %d G %d R %d gw %d: worst |d| / bound %.3f\n", c.S, c.G, c.R, c.gw, worst);
+    cudaFree(dA);
+    cudaFree(dW);
+    cudaFree(dWs);
+    cudaFree(b1);
+    cudaFree(b2);
+  }
+  CHECK(checked == 1 * 8192 + 5 * 8192 + 16 * 8192 + 3 * 1024 + 9 * 128);
+  CHECK_FALSE(glue::wo_a_rows_fits(17, 8, 1024, 4096));
+  CHECK_FALSE(glue::wo_a_rows_fits(4, 8, 1024, 4100));
+  CHECK_FALSE(glue::wo_a_rows(nullptr, 0, 8, 1024, 4096, nullptr, nullptr, nullptr, nullptr).ok());
 }

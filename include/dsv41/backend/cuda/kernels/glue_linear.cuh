@@ -1,5 +1,5 @@
 // Linear fallbacks of the GPU forward (one warp per output) for shapes the tensor-core GEMMs do not take, and the
-// grouped wo_a projection at few rows.
+// grouped wo_a projection at few rows (one warp per output, and one warp per two weight rows for all rows at once).
 #pragma once
 #include <cuda_fp8.h>
 
@@ -69,6 +69,79 @@ __global__ void wo_a_kernel(const bf16_t* __restrict__ o, int S, int G, int R, i
   }
   acc = warp_sum(acc);
   if (lane == 0) u[int64_t(t) * G * R + n] = __float2bfloat16_rn(acc);
+}
+
+// Grouped low-rank output at few rows (S <= 16): one warp per 2 weight rows, every activation row at once, so that
+// each weight row is read once (16-byte loads, E4M3 widened by the hardware conversion) and the rows' activations
+// come from L1. u[t, n] = bf16(Σ_i o[t, g·gw + i]·Wdeq[n, i]), n = g·R + r; lane-strided FP32 sums, then the xor tree.
+// gw % 16 == 0, G·R even.
+template <int SMAX>
+__global__ void __launch_bounds__(256) wo_a_rows_kernel(const bf16_t* __restrict__ o, int S, int G, int R, int gw,
+                                                        const uint8_t* __restrict__ w, const uint8_t* __restrict__ ws,
+                                                        bf16_t* __restrict__ u) {
+  const int n0 = 2 * int((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5);
+  const int lane = threadIdx.x & 31;
+  if (n0 >= G * R) return;
+  const int g = n0 / R, sb = (gw + 31) / 32;
+  float acc[2][SMAX];
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int t = 0; t < SMAX; ++t) acc[j][t] = 0.f;
+  for (int i = lane * 16; i < gw; i += 32 * 16) {
+    float wv[2][16];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int n = n0 + j;
+      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w + int64_t(n) * gw + i));
+      const float sc = ue8m0_f(__ldg(ws + int64_t(n / 32) * sb + i / 32));
+      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(words[q] >> (16 * h)), __NV_E4M3);
+          const float2 f = __half22float2(__half2(hr));
+          wv[j][4 * q + 2 * h] = f.x * sc;
+          wv[j][4 * q + 2 * h + 1] = f.y * sc;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < SMAX; ++t) {
+      if (t >= S) break;
+      const uint4* op = reinterpret_cast<const uint4*>(o + (int64_t(t) * G + g) * gw + i);
+      const uint4 a = __ldg(op), b = __ldg(op + 1);
+      const uint32_t ow[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        const float ov = __uint_as_float((e & 1) ? (ow[e / 2] & 0xFFFF0000u) : (ow[e / 2] << 16));
+#pragma unroll
+        for (int j = 0; j < 2; ++j) acc[j][t] = fmaf(ov, wv[j][e], acc[j][t]);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < SMAX; ++t) {
+    if (t >= S) break;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const float s = warp_sum(acc[j][t]);
+      if (lane == 0) u[int64_t(t) * G * R + n0 + j] = __float2bfloat16_rn(s);
+    }
+  }
+}
+
+// wo_a_rows_kernel for S rows (1..16), or false when the shape is not its own (gw % 16, G·R odd): the caller
+// then uses wo_a_kernel.
+inline bool wo_a_rows_fits(int S, int G, int R, int gw) { return S >= 1 && S <= 16 && gw % 16 == 0 && (G * R) % 2 == 0; }
+inline Status wo_a_rows(const bf16_t* o, int S, int G, int R, int gw, const uint8_t* w, const uint8_t* ws, bf16_t* u,
+                        cudaStream_t stream) {
+  if (!wo_a_rows_fits(S, G, R, gw)) return bad_arg("wo_a_rows: S 1..16, gw % 16, G·R even");
+  const unsigned blocks = unsigned(ceil_div64(int64_t(G) * R / 2 * 32, 256));
+  if (S <= 4) wo_a_rows_kernel<4><<<blocks, 256, 0, stream>>>(o, S, G, R, gw, w, ws, u);
+  else if (S <= 8) wo_a_rows_kernel<8><<<blocks, 256, 0, stream>>>(o, S, G, R, gw, w, ws, u);
+  else wo_a_rows_kernel<16><<<blocks, 256, 0, stream>>>(o, S, G, R, gw, w, ws, u);
+  return launch_status("wo_a rows");
 }
 
 }  // namespace glue

@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(256) mhc_generic_kernel(const MhcParams p) {
     q[NM] = num::cascade_sum_squares(HC * d, [&](int i) { return bf2f(row[i]); });
   }
   __syncthreads();
-  if (threadIdx.x == 0) {  // the coefficients, as mhc_finish_kernel (the reference's operation order)
+  if (threadIdx.x == 0) {  // the coefficients in one thread (mhc_coefficients: the reference's operation order)
     detail::mhc_coefficients<HC>(q, q[NM], d, p.norm_eps, p.scale, p.base, p.hc_eps, p.iters,
                                  p.mix_out + int64_t(t) * ((2 + HC) * HC));
   }
