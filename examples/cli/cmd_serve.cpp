@@ -713,9 +713,9 @@ struct Server {
       return fr;
     };
     // With a session id: whether the prompt extends the session's last turn (logged), then that turn recorded.
-    auto note_session = [this, session](const text::PromptText& prompt_text, const text::TextResult& r) {
+    auto note_session = [this, session](const text::TextResult& r) {
       if (!session) return;
-      std::vector<int32_t> ids = loaded->tokenizer().encode(prompt_text);
+      std::vector<int32_t> ids = r.prompt_ids;
       const auto last = session_ids.find(*session);
       const bool extends = last && last->tokens <= ids.size() &&
                            SessionIds::hash_of(std::span<const int32_t>(ids).first(last->tokens)) == last->hash;
@@ -736,7 +736,7 @@ struct Server {
       if (d.result.finish == text::TextFinish::error) throw from_status(d.status);
       if (d.result.finish == text::TextFinish::cancelled)
         throw BadRequest{503, "request cancelled (server shutting down)", "cancelled"};
-      note_session(*prompt, d.result);
+      note_session(d.result);
       const ojson lps = top_lp >= 0 ? chat_logprobs(job->lp_all) : ojson(nullptr);
       text::ParsedMessage msg;
       const std::string fr = finish_of(d.result, &msg);
@@ -754,7 +754,7 @@ struct Server {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, job, prompt = *prompt, thinking, id, model, created, include_usage, finish_of, session,
+        [this, job, thinking, id, model, created, include_usage, finish_of, session,
          note_session, top_lp](size_t, httplib::DataSink& sink) {
           // A chunk carries the logprobs of the tokens that arrived since the last chunk that carried some.
           std::vector<LpEntry> lps;
@@ -813,7 +813,7 @@ struct Server {
             sink.done();
             return true;
           }
-          note_session(prompt, d.result);
+          note_session(d.result);
           auto [rr, tt] = split.push("", true);
           if (!rr.empty()) emit({{"reasoning_content", rr}}, nullptr);
           if (!tt.empty()) emit({{"content", tt}}, nullptr);

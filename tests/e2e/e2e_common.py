@@ -1,4 +1,6 @@
-"""Shared by the end-to-end scripts: counted checks, a free loopback port."""
+"""Shared by the end-to-end scripts: counted checks, a free loopback port, a server started and stopped, the
+Prometheus text of /metrics parsed."""
+import re
 import socket
 import sys
 
@@ -58,3 +60,35 @@ def stop_server(p, timeout=20):
     except subprocess.TimeoutExpired:
         p.kill()
         p.wait(timeout=timeout)
+
+
+_METRIC_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"'
+                          r'(,[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*")*)?\})? (-?[0-9.eE+-]+|\+Inf|NaN)$')
+
+
+def parse_metrics(text):
+    """Parses /metrics strictly as Prometheus text (0.0.4): ({(name, frozenset(labels)): value}, whether every
+    line parses and every sample's metric is typed). Bad lines are printed."""
+    out, typed, ok = {}, set(), True
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            continue
+        if line.startswith("# TYPE "):
+            parts = line.split()
+            ok &= len(parts) == 4 and parts[3] in ("counter", "gauge", "histogram", "summary")
+            typed.add(parts[2])
+            continue
+        m = _METRIC_LINE.match(line)
+        if not m:
+            ok = False
+            print("bad metrics line:", line)
+            continue
+        name, labels = m.group(1), frozenset(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"', m.group(3) or ""))
+        ok &= name in typed or re.sub(r"_(bucket|sum|count)$", "", name) in typed
+        out[(name, labels)] = float(m.group(5))
+    return out, ok
+
+
+def mval(ms, name, **labels):
+    """The sample of parse_metrics' dict with exactly these labels (0 when absent)."""
+    return ms.get((name, frozenset(labels.items())), 0.0)

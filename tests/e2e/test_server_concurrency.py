@@ -6,7 +6,6 @@ Usage: test_server_concurrency.py DSV41_BINARY MODEL_DIR
 """
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -17,7 +16,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_common import check, exit_with_summary, free_port  # noqa: E402
+from e2e_common import check, exit_with_summary, free_port, mval, parse_metrics  # noqa: E402
 
 import openai
 
@@ -38,37 +37,13 @@ def http(method, url, body=None, key=KEY, timeout=30):
         return e.code, e.read().decode()
 
 
-LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"(,[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*")*)?\})? '
-                  r'(-?[0-9.eE+-]+|\+Inf|NaN)$')
-
-
 def metrics(base):
-    """Parses /metrics strictly as Prometheus text (0.0.4); returns {(name, frozenset(labels)): value}."""
+    """/metrics of the server at base, parsed (a failed check when it is not Prometheus text)."""
     code, text = http("GET", base + "/metrics", key=None)
     check(code == 200, f"/metrics 200: {code}")
-    out, typed, ok = {}, set(), True
-    for line in text.splitlines():
-        if line.startswith("# HELP "):
-            continue
-        if line.startswith("# TYPE "):
-            parts = line.split()
-            ok &= len(parts) == 4 and parts[3] in ("counter", "gauge", "histogram", "summary")
-            typed.add(parts[2])
-            continue
-        m = LINE.match(line)
-        if not m:
-            ok = False
-            print("bad metrics line:", line)
-            continue
-        name, labels = m.group(1), frozenset(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"', m.group(3) or ""))
-        ok &= name in typed or re.sub(r"_(bucket|sum|count)$", "", name) in typed
-        out[(name, labels)] = float(m.group(5))
+    out, ok = parse_metrics(text)
     check(ok, "/metrics parses as Prometheus text, every sample typed")
     return out
-
-
-def mval(ms, name, **labels):
-    return ms.get((name, frozenset(labels.items())), 0.0)
 
 
 def start(port, *extra, env_key=True):

@@ -35,7 +35,7 @@ from collections import Counter
 
 sys.path.insert(0, os.path.dirname(__file__))
 import e2e_common  # noqa: E402
-from e2e_common import check, exit_with_summary, start_server, stop_server  # noqa: E402
+from e2e_common import check, exit_with_summary, mval, parse_metrics, start_server, stop_server  # noqa: E402
 
 import openai
 
@@ -502,35 +502,9 @@ def rss_sampler(t_start):
 
 
 # ---------------------------------------------------------------------------------------------- /metrics
-LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"(,[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*")*)?\})? '
-                  r'(-?[0-9.eE+-]+|\+Inf|NaN)$')
-
-
 def metrics():
     with urllib.request.urlopen(BASE + "/metrics", timeout=10) as r:
-        text = r.read().decode()
-    out, typed, ok = {}, set(), True
-    for line in text.splitlines():
-        if line.startswith("# HELP "):
-            continue
-        if line.startswith("# TYPE "):
-            parts = line.split()
-            ok &= len(parts) == 4 and parts[3] in ("counter", "gauge", "histogram", "summary")
-            typed.add(parts[2])
-            continue
-        m = LINE.match(line)
-        if not m:
-            ok = False
-            print("bad metrics line:", line)
-            continue
-        name, labels = m.group(1), frozenset(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"', m.group(3) or ""))
-        ok &= name in typed or re.sub(r"_(bucket|sum|count)$", "", name) in typed
-        out[(name, labels)] = float(m.group(5))
-    return out, ok
-
-
-def mval(ms, name, **labels):
-    return ms.get((name, frozenset(labels.items())), 0.0)
+        return parse_metrics(r.read().decode())
 
 
 # ---------------------------------------------------------------------------------------------- the run

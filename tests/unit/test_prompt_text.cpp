@@ -180,13 +180,15 @@ TEST_CASE("text model and engine encode a rendered prompt's content as text", "[
       {"thinking_mode", "chat"}};
   auto p = tm->render(req);
   REQUIRE(p.ok());
-  const size_t n = tok().encode(*p).size();
+  const std::vector<int32_t> prompt_ids = tok().encode(*p);
+  const size_t n = prompt_ids.size();
   REQUIRE(n != tok().encode(p->text, true).size());
   text::TextOptions o;
   o.max_tokens = 4;
   auto alone = tm->complete(*p, o);
   REQUIRE(alone.ok());
   CHECK(alone->prompt_tokens == int64_t(n));
+  CHECK(alone->prompt_ids == prompt_ids);  // the ids the model took, handed back (the server needs no second encode)
 
   auto e = text::TextEngine<Model<>>::make(*tm, EngineOptions{});
   REQUIRE(e.ok());
@@ -207,6 +209,7 @@ TEST_CASE("text model and engine encode a rendered prompt's content as text", "[
   for (int i = 0; i < 200 && !(*e)->idle(); ++i) (*e)->step();
   REQUIRE(out.done == 1);
   CHECK(out.d.result.prompt_tokens == int64_t(n));
+  CHECK(out.d.result.prompt_ids == prompt_ids);
   CHECK(out.d.result.ids == alone->ids);
 }
 

@@ -2,7 +2,7 @@
 # Builds the [gpu] test binary with plain nvcc on the GPU machine (no CMake packages there), every translation
 # unit at once, and prints each unit's compile time (wall seconds, all running together) and their sum. ROOT: the source tree to build
 # (default: this one). Headers the machine lacks (nlohmann, Catch2, utf8proc) come from .devdeps/.
-#   ROOT=. OUTDIR=build/gpu/tests bash tools/gpu/build_gpu_tests.sh
+#   ROOT=. OUTDIR=build/gpu/tests [DATA=tests/data] bash tools/gpu/build_gpu_tests.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=${ROOT:-.}
@@ -10,7 +10,10 @@ B=${OUTDIR:-build/gpu/tests}
 mkdir -p "$B"
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 INC="-I$ROOT/include -I.devdeps/include"
-DEFS="-DDSV41_TEST_DATA=\"$PWD/tests/data\" -DDSV41_FIXTURES=\"$PWD/tests/data/golden\""
+# DATA: where the binary finds tests/data (a relative path works when it runs from the repository root, so a
+# binary built here can be carried to the GPU machine).
+DATA=${DATA:-$PWD/tests/data}
+DEFS="-DDSV41_TEST_DATA=\"$DATA\" -DDSV41_FIXTURES=\"$DATA/golden\""
 NVFLAGS="-std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -O3 $INC $DEFS"
 t0=$(date +%s%N)
 pids=()

@@ -1,6 +1,6 @@
 # Sourced by tools/gpu/golden.sh and tools/gpu/layer_stack.sh: build_tool SRC NAME builds build/gpu/NAME from
-# SRC with nvcc, or reuses one whose stamp (a hash of every repository file SRC includes, as `nvcc -M` lists
-# them) matches, so a build made elsewhere can be carried. Where nlohmann-json or utf8proc are not installed
+# SRC with nvcc, or reuses one whose stamp (a hash of SRC and every header under include/, tools/gpu and bench)
+# matches, so a build made elsewhere can be carried. Where nlohmann-json or utf8proc are not installed
 # (the GPU machine), it looks in .devdeps/{include,lib}.
 build_tool() {
   local src=$1 name=$2 B=build/gpu
@@ -12,9 +12,10 @@ build_tool() {
   [[ -f $LIB ]] || LIB=.devdeps/lib/libutf8proc.a
   local NVFLAGS="-std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -O3 $INC"
   local deps stamp t0
-  deps=$($NVCC -std=c++20 --expt-relaxed-constexpr $INC -M "$src" 2>/dev/null | tr -d '\\' | tr ' ' '\n' |
-         grep -E '^(include|tools|bench|tests)/' | sort -u)
-  stamp=$(cat $deps | sha256sum | cut -c1-16)
+  # The stamp hashes every header of the library, tools/gpu and bench with SRC, not what `nvcc -M` lists: that list
+  # depends on the machine (headers behind __has_include, NCCL), so a build carried to the GPU machine never matched.
+  stamp=$( (find include tools/gpu bench -type f \( -name '*.hpp' -o -name '*.cuh' -o -name '*.h' \) | sort | xargs cat
+            cat "$src") | sha256sum | cut -c1-16)
   if [[ -x $B/$name && "$(cat "$B/$name.stamp" 2>/dev/null)" == "$stamp" ]]; then
     echo "$name: reusing $B/$name (stamp $stamp)"
   else

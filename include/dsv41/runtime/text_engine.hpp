@@ -26,7 +26,7 @@ namespace dsv41::text {
 struct TextDone {
   RequestId id = 0;
   Status status;       // why, when result.finish == error
-  TextResult result;   // text (stop string or EOS excluded), ids, finish, prompt/completion/cached tokens
+  TextResult result;   // text (stop string or EOS excluded), ids, prompt ids, finish, prompt/completion/cached tokens
 };
 
 struct TextRequest {
@@ -87,6 +87,7 @@ class TextEngine final : public TextEngineBase {
     Request q;
     q.prompt = tm_->tokenizer().encode(job->req.prompt, job->req.literal);
     if (Status e = expand_images(job->req.images, q); !e.ok()) return e;
+    job->prompt_ids = q.prompt;  // handed back in TextDone::result (the engine keeps its own)
     q.max_tokens = job->req.max_tokens;
     q.sampling = job->req.sampling;
     q.stop_ids = {tm_->eos_id()};
@@ -153,7 +154,7 @@ class TextEngine final : public TextEngineBase {
     TextRequest req;  // before stream: the stream refers to req.stop
     TextStream stream;
     RequestId id = 0;
-    std::vector<int32_t> ids;
+    std::vector<int32_t> ids, prompt_ids;
   };
 
   TextEngine(const TextModel<M>& tm, Engine<M>&& e) : tm_(&tm), opts_(e.options()), engine_(std::move(e)) {}
@@ -195,6 +196,7 @@ class TextEngine final : public TextEngineBase {
       if (!ts.stopped_by_string && !ts.cancelled) ts.finish();
     r.text = std::move(ts.text);
     r.ids = std::move(job->ids);
+    r.prompt_ids = std::move(job->prompt_ids);
     if (job->req.on_done) job->req.on_done(job->req.ctx, d);
   }
 

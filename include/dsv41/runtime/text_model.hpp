@@ -41,6 +41,7 @@ inline const char* text_finish_name(TextFinish f) {
 struct TextResult {
   std::string text;              // the completion, stop string or EOS excluded
   std::vector<int32_t> ids;      // every generated id
+  std::vector<int32_t> prompt_ids;  // the prompt as the model took it (image placeholders expanded to their spans)
   TextFinish finish = TextFinish::length;
   int64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t cached_tokens = 0;     // prompt tokens whose caches came back from a session store (not recomputed)
@@ -208,6 +209,7 @@ class TextModel {
     TextResult out;
     out.ids = r->tokens;
     out.prompt_tokens = int64_t(ids.size());
+    out.prompt_ids.assign(ids.begin(), ids.end());
     out.cached_tokens = cached;
     out.completion_tokens = int64_t(r->tokens.size());
     out.drafted = r->drafted;
