@@ -11,9 +11,9 @@ build_tool() {
   local LIB=/usr/lib/x86_64-linux-gnu/libutf8proc.a
   [[ -f $LIB ]] || LIB=.devdeps/lib/libutf8proc.a
   local NVFLAGS="-std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -O3 $INC"
-  local deps stamp t0
+  local stamp t0
   # The stamp hashes every header of the library, tools/gpu and bench with SRC, not what `nvcc -M` lists: that list
-  # depends on the machine (headers behind __has_include, NCCL), so a build carried to the GPU machine never matched.
+  # came out differently on the GPU machine (cause not established), so a carried build was always rebuilt there.
   stamp=$( (find include tools/gpu bench -type f \( -name '*.hpp' -o -name '*.cuh' -o -name '*.h' \) | sort | xargs cat
             cat "$src") | sha256sum | cut -c1-16)
   if [[ -x $B/$name && "$(cat "$B/$name.stamp" 2>/dev/null)" == "$stamp" ]]; then

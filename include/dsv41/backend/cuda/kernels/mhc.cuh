@@ -6,9 +6,10 @@
 // Kernel 1 does the elementwise work and the partial sums (Σz², the (2+hc)·hc dot products with fn, Σv² of the
 // collapsed row) over 64-channel slices × 3 groups of outputs × token groups, so that even one token spreads fn
 // (1.5-2 MB of FP32) over a few hundred CTAs; a token's sums do not depend on T (the forward must not depend on
-// how a prompt is chunked: a T-dependent order moved the bundled model's logits by 2.6%). Kernel 2 (token × 1024-channel chunks) reduces the partials in a fixed order, runs the
-// sigmoid/softmax/Sinkhorn on one lane per comb entry with the reference's operation order per value (the serial
-// version's bits), and applies the norm to the collapsed row.
+// how a prompt is chunked: a T-dependent order moved the bundled model's logits by 2.6%). Kernel 2 (token ×
+// 1024-channel chunks) reduces the partials in a fixed order, runs the sigmoid/softmax/Sinkhorn on one lane per
+// comb entry with the reference's operation order per value (the serial version's bits), and applies the norm to
+// the collapsed row.
 // Elementwise parts use separate FP32 multiplies and adds as the CPU does (bit-exact); the long sums
 // (over hc·d and d) are reordered (bounds in tests/gpu/check_mhc.cuh).
 #pragma once
