@@ -203,8 +203,14 @@ try:
           "reasoning_effort medium accepted (thinking)")
     sent["chat200"] += 1
 
-    # /metrics: counters match what was sent.
+    # /metrics: counters match what was sent. The server counts a request after its last byte is written, so the
+    # last answer may be read before it is counted: wait (bounded) for it.
+    deadline = time.time() + 5
     ms = metrics(base)
+    while mval(ms, "dsv41_requests_total", path="/v1/chat/completions", code="200") < sent["chat200"] and \
+            time.time() < deadline:
+        time.sleep(0.05)
+        ms = metrics(base)
     check(mval(ms, "dsv41_requests_total", path="/v1/chat/completions", code="200") == sent["chat200"],
           f"chat 200s counted: {mval(ms, 'dsv41_requests_total', path='/v1/chat/completions', code='200')} "
           f"vs {sent['chat200']}")

@@ -530,7 +530,16 @@ try:
     empty = [k for k in range(len(SPECS)) if not REF[(k, False)][0]]  # a sampled one may stop at once
     check(len(empty) <= 2, f"alone answers are not empty (at most 2 of 16): {[(k, REF[(k, False)]) for k in empty]}")
     alone.close()
-    ms0, _ = metrics()
+    # The server counts a request in its logger, after the last byte is written: a client that has read a whole
+    # stream can ask /metrics before its request is counted. Wait (bounded) until the alone runs are all counted.
+    deadline = time.time() + 10
+    while True:
+        ms0, _ = metrics()
+        counted = all(mval(ms0, "dsv41_requests_total", path=p, code=str(c)) == n for (p, c), n in seen.items())
+        if counted or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    check(counted, f"/metrics counts the alone runs {dict(seen)}")
     with lock:
         seen.clear()  # from here on: what the soak sent (ms0 holds the alone runs)
     print(f"references: {len(REF)} alone runs in {time.time() - T0:.1f} s", flush=True)
