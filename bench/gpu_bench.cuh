@@ -12,6 +12,7 @@
 
 #include <dsv41/backend/cuda/kernels/attention.cuh>
 #include <dsv41/backend/cuda/kernels/gemm.cuh>
+#include <dsv41/backend/cuda/kernels/gemm_f32.cuh>
 #include <dsv41/backend/cuda/kernels/glue.cuh>
 #include <dsv41/backend/cuda/kernels/indexer.cuh>
 #include <dsv41/backend/cuda/kernels/mhc.cuh>
@@ -149,8 +150,9 @@ inline Row bench_gemm(const char* name, int M, int N, int K) {
 }
 
 // The grouped wo_a projection at the released shape (8 groups of 1024 rank over 4096 inputs, FP8 weights, BF16
-// activations): the per-output warp kernel (few rows before session 8) and the rows kernel.
-inline Row bench_wo_a(int S, bool rows_kernel) {
+// activations): kernel 0 the per-output warp kernel (up to 16 rows before session 8), 1 the rows kernel, 2 the
+// tiled FP32 GEMM (17 rows and more before session 8).
+inline Row bench_wo_a(int S, int kernel) {
   const int G = 8, R = 1024, gw = 4096;
   const double wbytes = double(G) * R * gw * (1 + 1.0 / 1024), xbytes = 2.0 * S * G * gw;
   const int ns = rotation(wbytes + xbytes);
@@ -161,12 +163,19 @@ inline Row bench_wo_a(int S, bool rows_kernel) {
   }
   DBuf<bf16_t> o(size_t(S) * G * gw), u(size_t(S) * G * R);
   fill(o.p, o.n, 99, 3);
-  Row r{rows_kernel ? "wo_a rows" : "wo_a per output", "S=" + std::to_string(S) + " G=8 R=1024 gw=4096", 0,
-        wbytes + xbytes + 2.0 * S * G * R, 2.0 * S * G * R * gw, '-', rows_kernel ? "warp per 2 weight rows" : "warp per output"};
+  const char* names[] = {"wo_a per output", "wo_a rows", "wo_a tiled f32"};
+  const char* notes[] = {"warp per output", S <= 16 ? "warp per 2 weight rows" : "warp per weight row", "gemm_f32"};
+  Row r{names[kernel], "S=" + std::to_string(S) + " G=8 R=1024 gw=4096", 0, wbytes + xbytes + 2.0 * S * G * R,
+        2.0 * S * G * R * gw, '-', notes[kernel]};
   r.us = median_us([&](int i) {
     const int s = i % ns;
-    if (rows_kernel) {
+    if (kernel == 1) {
       GT_OK(gpu::glue::wo_a_rows(o.p, S, G, R, gw, w[s].p, ws[s].p, u.p, nullptr));
+    } else if (kernel == 2) {
+      gpu::GemmF32Params gp;
+      gp.A = o.p; gp.lda = int64_t(G) * gw; gp.a_goff = gw; gp.W = w[s].p; gp.Ws = ws[s].p;
+      gp.M = S; gp.N = R; gp.K = gw; gp.G = G; gp.yb = u.p; gp.ldy = int64_t(G) * R;
+      GT_OK(gpu::gemm_f32(gp, nullptr));
     } else {
       gpu::glue::wo_a_kernel<<<gpu::glue::blocks_for(int64_t(S) * G * R * 32), gpu::glue::kThreads>>>(o.p, S, G, R, gw,
                                                                                                    w[s].p, ws[s].p, u.p);

@@ -1,7 +1,8 @@
 // GPU harness for the device machine, where Catch2 is absent: runs every row of the op table
 // (tests/gpu/op_cases.cuh, the same rows as the Catch2 op suite, against the CPU reference linked from tests/gpu/ref_cpu.cpp), then
 // times the kernels at the released shapes and prints the table (bench/gpu_bench.cuh).
-// Usage: harness [--checks-only | --bench-only] [--only=op] [--md=FILE]
+// Usage: harness [--checks-only | --bench-only] [--only=op] [--md=FILE] [--mhc-t=T,T,...]
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 
@@ -13,11 +14,22 @@ using namespace dsv41;
 int main(int argc, char** argv) {
   bool checks = true, bench = true;
   std::string only, md;
+  std::vector<int> mhc_t{1, 4, 8, 64, 2048};  // token counts of the mhc bench (--mhc-t: e.g. one for ncu)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--checks-only")) bench = false;
     else if (!std::strcmp(argv[i], "--bench-only")) checks = false;
     else if (!std::strncmp(argv[i], "--only=", 7)) only = argv[i] + 7;
     else if (!std::strncmp(argv[i], "--md=", 5)) md = argv[i] + 5;
+    else if (!std::strncmp(argv[i], "--mhc-t=", 8)) {
+      mhc_t.clear();
+      for (const char* q = argv[i] + 8; *q;) {
+        char* end = nullptr;
+        const long v = std::strtol(q, &end, 10);
+        if (end == q || v < 1) { std::printf("--mhc-t: positive token counts, comma-separated\n"); return 2; }
+        mhc_t.push_back(int(v));
+        q = *end == ',' ? end + 1 : end;
+      }
+    }
   }
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
@@ -70,9 +82,10 @@ int main(int argc, char** argv) {
       rows.push_back(bench_gemm("wq_a", 2048, 1280, 5120));
       rows.push_back(bench_gemm("wq_b", 2048, 32768, 1280));
       rows.push_back(bench_gemm("wo_b", 2048, 5120, 8192));
-      for (int S : {1, 8, 16}) {
-        rows.push_back(bench_wo_a(S, false));
-        rows.push_back(bench_wo_a(S, true));
+      for (int S : {1, 8, 16, 32, 64}) {
+        rows.push_back(bench_wo_a(S, 0));
+        rows.push_back(bench_wo_a(S, 1));
+        if (S >= 32) rows.push_back(bench_wo_a(S, 2));
       }
     });
     run("attention", [&] { for (int R : {1, 4, 16, 64, 128, 2048}) rows.push_back(bench_attention(R)); });
@@ -80,7 +93,7 @@ int main(int argc, char** argv) {
       for (auto& r : bench_indexer(4, 65536)) rows.push_back(r);
       for (auto& r : bench_indexer(256, 65536)) rows.push_back(r);
     });
-    run("mhc", [&] { for (int T : {1, 4, 8, 64, 2048}) rows.push_back(bench_mhc(T)); });
+    run("mhc", [&] { for (int T : mhc_t) rows.push_back(bench_mhc(T)); });
     run("moe", [&] {
       MoeBench mb;
       rows.push_back(mb.run(1));

@@ -164,7 +164,7 @@ TEST_CASE("wo_a rows kernel equals the per-output kernel within the FP32 sum bou
   };
   int64_t checked = 0;
   for (const Case c : {Case{1, 8, 1024, 4096}, Case{5, 8, 1024, 4096}, Case{16, 8, 1024, 4096}, Case{3, 4, 256, 512},
-                       Case{9, 2, 64, 144}}) {
+                       Case{9, 2, 64, 144}, Case{33, 8, 1024, 4096}, Case{64, 4, 256, 512}, Case{20, 1, 63, 144}}) {
     REQUIRE(glue::wo_a_rows_fits(c.S, c.G, c.R, c.gw));
     const int rows_w = c.G * c.R, sb = (c.gw + 31) / 32;
     std::vector<uint16_t> a(size_t(c.S) * c.G * c.gw);
@@ -223,8 +223,9 @@ TEST_CASE("wo_a rows kernel equals the per-output kernel within the FP32 sum bou
     cudaFree(b1);
     cudaFree(b2);
   }
-  CHECK(checked == 1 * 8192 + 5 * 8192 + 16 * 8192 + 3 * 1024 + 9 * 128);
-  CHECK_FALSE(glue::wo_a_rows_fits(17, 8, 1024, 4096));
+  CHECK(checked == 1 * 8192 + 5 * 8192 + 16 * 8192 + 3 * 1024 + 9 * 128 + 33 * 8192 + 64 * 1024 + 20 * 63);
+  CHECK_FALSE(glue::wo_a_rows_fits(65, 8, 1024, 4096));
+  CHECK_FALSE(glue::wo_a_rows_fits(4, 1, 63, 4096));  // two weight rows per warp up to 16 rows: G·R even
   CHECK_FALSE(glue::wo_a_rows_fits(4, 8, 1024, 4100));
   CHECK_FALSE(glue::wo_a_rows(nullptr, 0, 8, 1024, 4096, nullptr, nullptr, nullptr, nullptr).ok());
 }

@@ -263,7 +263,9 @@ class Csa2Ops : public UnitOps {
     bf16_t* u = nullptr;
     uint8_t *uc = nullptr, *ue = nullptr;
     DSV41_TRY(sc.get(u, size_t(S) * G * R));
-    if (S >= kTiledRowsWoA && gemm_f32_ctas(S, s_.o_lora_rank, s_.o_groups) >= kTiledMinCtas) {
+    if (glue::wo_a_rows_fits(S, G, R, gw)) {
+      DSV41_TRY(glue::wo_a_rows(o, S, G, R, gw, w.wo_a.w, w.wo_a.s, u, stream_));
+    } else if (S >= kTiledRowsWoA && gemm_f32_ctas(S, s_.o_lora_rank, s_.o_groups) >= kTiledMinCtas) {
       GemmF32Params gp;
       gp.A = o;
       gp.lda = int64_t(G) * gw;
@@ -277,8 +279,6 @@ class Csa2Ops : public UnitOps {
       gp.yb = u;
       gp.ldy = int64_t(G) * R;
       DSV41_TRY(gemm_f32(gp, stream_));
-    } else if (glue::wo_a_rows_fits(S, G, R, gw)) {
-      DSV41_TRY(glue::wo_a_rows(o, S, G, R, gw, w.wo_a.w, w.wo_a.s, u, stream_));
     } else {
       glue::wo_a_kernel<<<glue::blocks_for(int64_t(S) * G * R * 32), glue::kThreads, 0, stream_>>>(o, S, G, R, gw, w.wo_a.w,
                                                                                            w.wo_a.s, u);

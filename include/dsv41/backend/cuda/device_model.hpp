@@ -104,8 +104,8 @@ class DeviceModel {
   Scratch scratch() const { return Scratch(pool_, stream_); }
 
   // From this many rows on, the FP32-accumulating linears use the tiled kernel (gemm_f32.cuh); below, one warp
-  // per output streams each weight row once. wo_a (33.5 MB at release widths) reaches the warp kernel's time
-  // later than the head (1.3 GB): measured on the H200 layer stack, batch 8 was faster with the warp kernel.
+  // per output streams each weight row once. wo_a takes the rows kernel up to 64 rows (glue::wo_a_rows) and this
+  // threshold only for shapes that kernel does not take.
   // Below kTiledMinCtas tiles (narrow outputs: the ratio-2 compressor's 512 FP32 columns) the tiled kernel
   // leaves most of the GPU idle, and the warp kernel is used too.
   static constexpr int kTiledRows = 4, kTiledRowsWoA = 17, kTiledMinCtas = 128;

@@ -71,27 +71,27 @@ __global__ void wo_a_kernel(const bf16_t* __restrict__ o, int S, int G, int R, i
   if (lane == 0) u[int64_t(t) * G * R + n] = __float2bfloat16_rn(acc);
 }
 
-// Grouped low-rank output at few rows (S <= 16): one warp per 2 weight rows, every activation row at once, so that
-// each weight row is read once (16-byte loads, E4M3 widened by the hardware conversion) and the rows' activations
-// come from L1. u[t, n] = bf16(Σ_i o[t, g·gw + i]·Wdeq[n, i]), n = g·R + r; lane-strided FP32 sums, then the xor tree.
-// gw % 16 == 0, G·R even.
-template <int SMAX>
+// Grouped low-rank output at up to 64 rows: one warp per NR weight rows (2 up to 16 activation rows, 1 above),
+// every activation row at once, so that each weight row is read once (16-byte loads, E4M3 widened by the hardware
+// conversion) and the rows' activations come from L1. u[t, n] = bf16(Σ_i o[t, g·gw + i]·Wdeq[n, i]), n = g·R + r;
+// lane-strided FP32 sums, then the xor tree (the same order for every S and NR). gw % 16 == 0, G·R % NR == 0.
+template <int SMAX, int NR>
 __global__ void __launch_bounds__(256) wo_a_rows_kernel(const bf16_t* __restrict__ o, int S, int G, int R, int gw,
                                                         const uint8_t* __restrict__ w, const uint8_t* __restrict__ ws,
                                                         bf16_t* __restrict__ u) {
-  const int n0 = 2 * int((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5);
+  const int n0 = NR * int((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5);
   const int lane = threadIdx.x & 31;
   if (n0 >= G * R) return;
   const int g = n0 / R, sb = (gw + 31) / 32;
-  float acc[2][SMAX];
+  float acc[NR][SMAX];
 #pragma unroll
-  for (int j = 0; j < 2; ++j)
+  for (int j = 0; j < NR; ++j)
 #pragma unroll
     for (int t = 0; t < SMAX; ++t) acc[j][t] = 0.f;
   for (int i = lane * 16; i < gw; i += 32 * 16) {
-    float wv[2][16];
+    float wv[NR][16];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
+    for (int j = 0; j < NR; ++j) {
       const int n = n0 + j;
       const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w + int64_t(n) * gw + i));
       const float sc = ue8m0_f(__ldg(ws + int64_t(n / 32) * sb + i / 32));
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(256) wo_a_rows_kernel(const bf16_t* __restrict
       for (int e = 0; e < 16; ++e) {
         const float ov = __uint_as_float((e & 1) ? (ow[e / 2] & 0xFFFF0000u) : (ow[e / 2] << 16));
 #pragma unroll
-        for (int j = 0; j < 2; ++j) acc[j][t] = fmaf(ov, wv[j][e], acc[j][t]);
+        for (int j = 0; j < NR; ++j) acc[j][t] = fmaf(ov, wv[j][e], acc[j][t]);
       }
     }
   }
@@ -124,23 +124,27 @@ __global__ void __launch_bounds__(256) wo_a_rows_kernel(const bf16_t* __restrict
   for (int t = 0; t < SMAX; ++t) {
     if (t >= S) break;
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
+    for (int j = 0; j < NR; ++j) {
       const float s = warp_sum(acc[j][t]);
       if (lane == 0) u[int64_t(t) * G * R + n0 + j] = __float2bfloat16_rn(s);
     }
   }
 }
 
-// wo_a_rows_kernel for S rows (1..16), or false when the shape is not its own (gw % 16, G·R odd): the caller
-// then uses wo_a_kernel.
-inline bool wo_a_rows_fits(int S, int G, int R, int gw) { return S >= 1 && S <= 16 && gw % 16 == 0 && (G * R) % 2 == 0; }
+// wo_a_rows_kernel for S rows (1..64); false when the shape is not its own (gw % 16, G·R odd at 16 rows or
+// fewer): the caller then uses wo_a_kernel or the tiled FP32 GEMM.
+inline bool wo_a_rows_fits(int S, int G, int R, int gw) {
+  return S >= 1 && S <= 64 && gw % 16 == 0 && (S > 16 || (G * R) % 2 == 0);
+}
 inline Status wo_a_rows(const bf16_t* o, int S, int G, int R, int gw, const uint8_t* w, const uint8_t* ws, bf16_t* u,
                         cudaStream_t stream) {
-  if (!wo_a_rows_fits(S, G, R, gw)) return bad_arg("wo_a_rows: S 1..16, gw % 16, G·R even");
-  const unsigned blocks = unsigned(ceil_div64(int64_t(G) * R / 2 * 32, 256));
-  if (S <= 4) wo_a_rows_kernel<4><<<blocks, 256, 0, stream>>>(o, S, G, R, gw, w, ws, u);
-  else if (S <= 8) wo_a_rows_kernel<8><<<blocks, 256, 0, stream>>>(o, S, G, R, gw, w, ws, u);
-  else wo_a_rows_kernel<16><<<blocks, 256, 0, stream>>>(o, S, G, R, gw, w, ws, u);
+  if (!wo_a_rows_fits(S, G, R, gw)) return bad_arg("wo_a_rows: S 1..64, gw % 16, G·R even");
+  const unsigned b2 = unsigned(ceil_div64(int64_t(G) * R / 2 * 32, 256)), b1 = unsigned(ceil_div64(int64_t(G) * R * 32, 256));
+  if (S <= 4) wo_a_rows_kernel<4, 2><<<b2, 256, 0, stream>>>(o, S, G, R, gw, w, ws, u);
+  else if (S <= 8) wo_a_rows_kernel<8, 2><<<b2, 256, 0, stream>>>(o, S, G, R, gw, w, ws, u);
+  else if (S <= 16) wo_a_rows_kernel<16, 2><<<b2, 256, 0, stream>>>(o, S, G, R, gw, w, ws, u);
+  else if (S <= 32) wo_a_rows_kernel<32, 1><<<b1, 256, 0, stream>>>(o, S, G, R, gw, w, ws, u);
+  else wo_a_rows_kernel<64, 1><<<b1, 256, 0, stream>>>(o, S, G, R, gw, w, ws, u);
   return launch_status("wo_a rows");
 }
 

@@ -61,6 +61,31 @@ __global__ void __launch_bounds__(128) mhc_slice_kernel(const MhcParams p) {
 #pragma unroll
   for (int o = 0; o < OPG; ++o)
     f[o] = __ldg(reinterpret_cast<const float2*>(p.fn + int64_t(g * OPG + o) * HC * d + int64_t(warp) * d + c));
+  // Every token's inputs are loaded before the first store (the stores could alias them, so loads after a store
+  // would wait for it: the tokens of a CTA ran one after another). The per-token coefficients go through shared
+  // memory.
+  __shared__ float smp[TPB][NM], spu[TPB][HC];
+  for (int i = threadIdx.x; i < TPB * NM; i += blockDim.x) {
+    const int t = t0 + i / NM;
+    smp[i / NM][i % NM] = p.x && t < p.T ? p.mix_prev[int64_t(t) * NM + i % NM] : 0.f;
+  }
+  if (threadIdx.x < TPB * HC) {
+    const int t = t0 + int(threadIdx.x) / HC;
+    spu[threadIdx.x / HC][threadIdx.x % HC] = t < p.T ? p.pre_use[int64_t(t) * p.pre_stride + threadIdx.x % HC] : 0.f;
+  }
+  uint32_t hraw[TPB][HC], xraw[TPB];
+#pragma unroll
+  for (int u = 0; u < TPB; ++u) {
+    const int t = t0 + u;
+    xraw[u] = 0;
+#pragma unroll
+    for (int j = 0; j < HC; ++j) hraw[u][j] = 0;
+    if (t >= p.T) continue;
+#pragma unroll
+    for (int j = 0; j < HC; ++j) hraw[u][j] = *reinterpret_cast<const uint32_t*>(p.H_in + (int64_t(t) * HC + j) * d + c);
+    if (p.x) xraw[u] = *reinterpret_cast<const uint32_t*>(p.x + int64_t(t) * d + c);
+  }
+  __syncthreads();
   float acc[TPB][NV];
 #pragma unroll
   for (int u = 0; u < TPB; ++u) {
@@ -71,14 +96,12 @@ __global__ void __launch_bounds__(128) mhc_slice_kernel(const MhcParams p) {
     float h[HC][2];
 #pragma unroll
     for (int j = 0; j < HC; ++j) {
-      const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(p.H_in + (int64_t(t) * HC + j) * d + c);
-      h[j][0] = __low2float(v);
-      h[j][1] = __high2float(v);
+      h[j][0] = __uint_as_float(hraw[u][j] << 16);
+      h[j][1] = __uint_as_float(hraw[u][j] & 0xFFFF0000u);
     }
     if (p.x) {
-      const float* mp = p.mix_prev + int64_t(t) * NM;
-      const __nv_bfloat162 xv = *reinterpret_cast<const __nv_bfloat162*>(p.x + int64_t(t) * d + c);
-      const float xx[2] = {__low2float(xv), __high2float(xv)};
+      const float* mp = smp[u];
+      const float xx[2] = {__uint_as_float(xraw[u] << 16), __uint_as_float(xraw[u] & 0xFFFF0000u)};
       float ho[HC][2];
 #pragma unroll
       for (int k = 0; k < HC; ++k) {
@@ -108,7 +131,7 @@ __global__ void __launch_bounds__(128) mhc_slice_kernel(const MhcParams p) {
     if (lead) {
       acc[u][OPG] = __fadd_rn(__fmul_rn(hw[0], hw[0]), __fmul_rn(hw[1], hw[1]));
       if (warp == 0) {
-        const float* pu = p.pre_use + int64_t(t) * p.pre_stride;
+        const float* pu = spu[u];
         float vv[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
