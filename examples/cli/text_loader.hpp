@@ -51,7 +51,7 @@ class TextEngine {
   virtual Result<std::unique_ptr<text::TextEngineBase>> make_batch(const EngineOptions& o) const = 0;
 };
 
-// The engine over a model type M (Model<> here; Model<Dynamic, Cuda> in text_cuda.cu).
+// The engine over a model type M (Model<> in text_loader.cpp; Model<Dynamic, Cuda> in cmd_cuda.cu).
 template <class M>
 class TextEngineOf : public TextEngine {
  public:
@@ -187,26 +187,10 @@ inline Result<text::Tokenizer> load_tokenizer(const LoadArgs& a) {
 }
 
 #if DSV41_CLI_CUDA
-Result<std::unique_ptr<TextEngine>> load_cuda_engine(const LoadArgs& a);  // text_cuda.cu
+Result<std::unique_ptr<TextEngine>> load_cuda_engine(const LoadArgs& a);  // cmd_cuda.cu
 #endif
 
-inline Result<std::unique_ptr<TextEngine>> load_text_model(const LoadArgs& a) {
-  if (a.device == "cuda") {
-#if DSV41_CLI_CUDA
-    return load_cuda_engine(a);
-#else
-    return error(Code::unsupported, "this dsv41 was built without CUDA");
-#endif
-  }
-  LoadOptions lo;
-  if (a.progress) lo.progress = print_progress;
-  auto m = Model<>::load(a.model_dir, lo);
-  if (!m.ok()) return m.status();
-  auto tok = load_tokenizer(a);
-  if (!tok.ok()) return tok.status();
-  auto e = std::make_unique<TextEngineOf<Model<>>>(std::move(m).value());
-  DSV41_TRY(e->init(std::move(tok).value()));
-  return Result<std::unique_ptr<TextEngine>>(std::move(e));
-}
+// The engine for a.device (text_loader.cpp: TextEngineOf<Model<>> is instantiated there once, not in every command).
+Result<std::unique_ptr<TextEngine>> load_text_model(const LoadArgs& a);
 
 }  // namespace dsv41::cli

@@ -1,4 +1,5 @@
-// Shared by the unit tests: the tiny-ced fixture model (loaded once per test binary) and its test prompts.
+// Shared by the unit tests: the tiny-ced fixture model (loaded once per test binary), its test prompts, and the
+// suite's model types.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -6,6 +7,16 @@
 #include <catch2/catch.hpp>
 
 #include <dsv41/model/model.hpp>
+
+// The suite's two CPU model types are instantiated once, in fixture.cpp, where the build says it links that unit
+// (dsv41_tests: DSV41_TEST_MODELS_INSTANTIATED). Under its -O0 no other unit then compiles their members
+// (test_engine.cpp 41 -> 19 CPU-s). Binaries that take single units (the TSan tests) instantiate them as before.
+#if DSV41_TEST_MODELS_INSTANTIATED
+namespace dsv41 {
+extern template class Model<configs::TinyCed>;
+extern template class Model<>;
+}  // namespace dsv41
+#endif
 
 namespace dsv41::test {
 

@@ -8,6 +8,8 @@
 
 #include <dsv41/model/model.hpp>
 
+#include "fixture.hpp"
+
 #ifndef DSV41_FIXTURES
 #define DSV41_FIXTURES "tests/data/golden"
 #endif

@@ -12,6 +12,8 @@
 #include <dsv41/model/model.hpp>
 #include <dsv41/runtime/engine.hpp>
 
+#include "fixture.hpp"
+
 #ifndef DSV41_FIXTURES
 #define DSV41_FIXTURES "tests/data/golden"
 #endif

@@ -10,6 +10,7 @@
 #include <dsv41/model/model.hpp>
 
 #include "../gpu/odd_shape_model.hpp"
+#include "fixture.hpp"
 
 #ifndef DSV41_FIXTURES
 #define DSV41_FIXTURES "tests/data/golden"

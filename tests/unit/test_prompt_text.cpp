@@ -13,6 +13,8 @@
 #include <dsv41/text/chat_format.hpp>
 #include <dsv41/text/tokenizer.hpp>
 
+#include "fixture.hpp"
+
 #ifndef DSV41_FIXTURES
 #define DSV41_FIXTURES "tests/data/golden"
 #endif

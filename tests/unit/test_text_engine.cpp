@@ -9,6 +9,8 @@
 
 #include <dsv41/runtime/text_engine.hpp>
 
+#include "fixture.hpp"
+
 #ifndef DSV41_FIXTURES
 #define DSV41_FIXTURES "tests/data/golden"
 #endif

@@ -3,6 +3,8 @@
 
 #include <dsv41/runtime/text_model.hpp>
 
+#include "fixture.hpp"
+
 #ifndef DSV41_FIXTURES
 #define DSV41_FIXTURES "tests/data/golden"
 #endif

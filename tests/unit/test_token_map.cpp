@@ -16,6 +16,8 @@
 #include <dsv41/model/model.hpp>
 #include <dsv41/text/tokenizer.hpp>
 
+#include "fixture.hpp"
+
 #ifndef DSV41_TEST_DATA
 #define DSV41_TEST_DATA "tests/data"
 #endif
