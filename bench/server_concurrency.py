@@ -1,7 +1,7 @@
 """Throughput and latency of `dsv41 serve` at N concurrent streaming sessions, batched against --sequential.
 
 Usage: server_concurrency.py DSV41_BINARY MODEL_DIR [--concurrency 1,4,8,32,64] [--device cpu|cuda]
-                             [--max-tokens 32] [--rounds 1] [--no-sequential]
+                             [--max-tokens 32] [--rounds 1] [--no-sequential] [--decode-threads 1,2]
 For each mode (batched: --max-running = the largest N; sequential: --sequential, today's one-at-a-time server)
 it starts the server on a free 127.0.0.1 port and, for each N, runs N clients at once (each `rounds` requests,
 different prompts, greedy), measuring time to first token (TTFT), inter-token latency (ITL: the gaps between
@@ -89,9 +89,13 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--no-sequential", action="store_true")
+    ap.add_argument("--decode-threads", default="", help="batched runs at each of these --decode-threads (CPU), "
+                                                          "e.g. 1,2; default: one run at the server's default")
     a = ap.parse_args()
     levels = [int(x) for x in a.concurrency.split(",")]
-    modes = [("batched", ["--max-running", str(max(levels)), "--max-queued", str(max(levels))])]
+    batched = ["--max-running", str(max(levels)), "--max-queued", str(max(levels))]
+    modes = [("batched", batched)] if not a.decode_threads else [
+        (f"batched, {t} decode threads", batched + ["--decode-threads", t]) for t in a.decode_threads.split(",")]
     if not a.no_sequential:
         modes.append(("sequential", ["--sequential", "--max-queued", str(max(levels))]))
     rows = []

@@ -169,7 +169,7 @@ int run_chat(void* p) {
 }  // namespace
 
 Command add_generate(CLI::App& app) {
-  auto* o = new GenerateOpts;
+  auto o = std::make_shared<GenerateOpts>();
   auto* sub = app.add_subcommand("generate", "Continue a text prompt");
   sub->add_option("-m,--model", o->load.model_dir, "model directory")->required();
   sub->add_option("--tokenizer", o->load.tokenizer, "tokenizer.json (default MODEL/tokenizer.json)");
@@ -181,7 +181,7 @@ Command add_generate(CLI::App& app) {
 }
 
 Command add_chat(CLI::App& app) {
-  auto* o = new ChatOpts;
+  auto o = std::make_shared<ChatOpts>();
   auto* sub = app.add_subcommand("chat", "Interactive chat in the V4.1 prompt format, streaming");
   sub->add_option("-m,--model", o->load.model_dir, "model directory")->required();
   sub->add_option("--tokenizer", o->load.tokenizer, "tokenizer.json (default MODEL/tokenizer.json)");

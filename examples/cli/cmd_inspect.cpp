@@ -98,7 +98,7 @@ int run_inspect(void* p) {
 }  // namespace
 
 Command add_inspect(CLI::App& app) {
-  auto* o = new InspectOpts;  // lives for the process (CLI only)
+  auto o = std::make_shared<InspectOpts>();
   auto* sub = app.add_subcommand("inspect", "Print a model directory's shape, schedule, parameters and cache sizes; validate it");
   sub->add_option("model_dir", o->dir, "model directory (config.json + safetensors)")->required();
   return {sub, run_inspect, o};

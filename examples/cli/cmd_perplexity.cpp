@@ -78,7 +78,7 @@ int run_perplexity(void* p) {
 }  // namespace
 
 Command add_perplexity(CLI::App& app) {
-  auto* o = new PerplexityOpts;
+  auto o = std::make_shared<PerplexityOpts>();
   auto* sub = app.add_subcommand("perplexity", "Perplexity of a UTF-8 text file under the model");
   sub->add_option("--model", o->load.model_dir, "model directory")->required();
   sub->add_option("--tokenizer", o->load.tokenizer, "tokenizer.json (default MODEL/tokenizer.json)");

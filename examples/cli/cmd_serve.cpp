@@ -65,6 +65,7 @@ struct ServeOpts {
   std::string api_key;            // empty: no key (or $DSV41_API_KEY)
   int max_running = 8, max_queued = 64, step_tokens = 256, threads = 0;
   bool sequential = false;        // max_running 1: today's one-at-a-time server, for comparisons
+  int decode_threads = 0;         // CPU: threads of a decode step (0: the hardware's, at most max_running)
   int request_timeout = 600;      // s, a request's whole life
   int idle_timeout = 30;          // s, reading a request and keeping an idle connection
   int write_timeout = 10;         // s, one write to a client
@@ -1112,6 +1113,9 @@ struct Server {
       eo.max_running = opt.sequential ? 1 : opt.max_running;
       eo.max_queued = opt.max_queued;
       eo.step_tokens = opt.step_tokens;
+      eo.threads = opt.decode_threads > 0
+                       ? opt.decode_threads
+                       : std::clamp(int(std::thread::hardware_concurrency()), 1, eo.max_running);
       auto b = loaded->make_batch(eo);
       if (!b.ok()) {
         load_error = b.status().to_string();
@@ -1121,8 +1125,8 @@ struct Server {
       batch = std::move(b).value();
       step_thread = std::thread([this] { stepper(); });
       ready = true;
-      fmt::print(stderr, "dsv41 serve: model ready ({} running at most, {} queued, {} tokens a step)\n", eo.max_running,
-                 eo.max_queued, eo.step_tokens);
+      fmt::print(stderr, "dsv41 serve: model ready ({} running at most, {} queued, {} tokens a step, {} decode threads)\n",
+                 eo.max_running, eo.max_queued, eo.step_tokens, opt.load.device == "cpu" ? eo.threads : 1);
     });
     std::thread watcher([this] { watch_signals(); });
     // cpp-httplib 0.11 listens with a backlog of 5, compiled into its library: a burst of connections beyond it
@@ -1198,7 +1202,10 @@ int run_serve(void* p) {
     fmt::print(stderr, "dsv41 serve: {}\n", gen.status().to_string());
     return 1;
   }
-  auto* s = new Server;  // lives until exit: handlers may still hold it while the process stops
+  // Lives until exit (handlers may still hold it while the process stops), kept in a static so that it stays
+  // reachable: a leak checker then sees an owner (the CLI's process, not the library).
+  static Server* kept = nullptr;
+  auto* s = kept = new Server;
   s->opt = o;
   s->gen = *gen;
   return s->run();
@@ -1207,7 +1214,7 @@ int run_serve(void* p) {
 }  // namespace
 
 Command add_serve(CLI::App& app) {
-  auto* o = new ServeOpts;
+  auto o = std::make_shared<ServeOpts>();
   auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   sub->add_option("-m,--model", o->load.model_dir, "model directory (default $DSV41_MODEL)")->required()->envname("DSV41_MODEL");
   sub->add_option("--tokenizer", o->load.tokenizer, "tokenizer.json (default MODEL/tokenizer.json)");
@@ -1225,6 +1232,9 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--max-queued", o->max_queued, "requests waiting beyond those (then 429)")->check(CLI::Range(0, 100000));
   sub->add_option("--step-tokens", o->step_tokens, "tokens one engine step runs (decodes + prefill chunks)");
   sub->add_flag("--sequential", o->sequential, "one request at a time (max-running 1), for comparisons");
+  sub->add_option("--decode-threads", o->decode_threads,
+                  "cpu: threads a decode step spreads its sequences over (default: the hardware's, at most max-running)")
+      ->check(CLI::Range(0, 1024));
   sub->add_option("--threads", o->threads, "HTTP worker threads (default max-running + max-queued + 8)");
   sub->add_option("--request-timeout", o->request_timeout, "seconds a request may take")->check(CLI::Range(1, 86400));
   sub->add_option("--idle-timeout", o->idle_timeout, "seconds to read a request / keep an idle connection")->check(CLI::Range(1, 3600));

@@ -88,21 +88,21 @@ int run_tokenize(void* p) {
 }  // namespace
 
 Command add_template(CLI::App& app) {
-  auto* o = new TemplateOpts;
+  auto o = std::make_shared<TemplateOpts>();
   auto* sub = app.add_subcommand("template", "Print the exact prompt text of one conversation (OpenAI-style JSON)");
   sub->add_option("case_json", o->case_json, "JSON file: messages, tools, thinking_mode, reasoning_effort")->required();
   return {sub, run_template, o};
 }
 
 Command add_parse(CLI::App& app) {
-  auto* o = new ParseOpts;
+  auto o = std::make_shared<ParseOpts>();
   auto* sub = app.add_subcommand("parse", "Parse a completion on stdin into an OpenAI assistant message");
   sub->add_option("--mode", o->mode, "thinking or chat")->check(CLI::IsMember({"thinking", "chat"}));
   return {sub, run_parse, o};
 }
 
 Command add_tokenize(CLI::App& app) {
-  auto* o = new TokenizeOpts;
+  auto o = std::make_shared<TokenizeOpts>();
   auto* sub = app.add_subcommand("tokenize", "Tokenize UTF-8 text on stdin; print the ids separated by spaces");
   sub->add_option("tokenizer_json", o->tokenizer, "a Hugging Face tokenizer.json")->required();
   sub->add_flag("--no-special", o->no_special, "treat special-token text as plain text");

@@ -1,5 +1,7 @@
 // Subcommands of the dsv41 CLI. Each registers itself on the app and returns the exit code it wants.
 #pragma once
+#include <memory>
+
 #include <CLI/CLI.hpp>
 
 #include "session_args.hpp"
@@ -9,7 +11,7 @@ namespace dsv41::cli {
 struct Command {
   CLI::App* sub = nullptr;
   int (*run)(void* opts) = nullptr;
-  void* opts = nullptr;
+  std::shared_ptr<void> opts;  // the options CLI11 parses into; freed when main's command list goes
 };
 
 // --cache-dir, --no-cache, --session-block (chat and serve).

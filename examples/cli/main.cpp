@@ -13,6 +13,6 @@ int main(int argc, char** argv) {
                                add_generate(app), add_chat(app), add_serve(app), add_perplexity(app)};
   CLI11_PARSE(app, argc, argv);
   for (auto& c : cmds)
-    if (c.sub->parsed()) return c.run(c.opts);
+    if (c.sub->parsed()) return c.run(c.opts.get());
   return 2;
 }

@@ -51,7 +51,7 @@ class TextEngine {
   virtual Result<std::unique_ptr<text::TextEngineBase>> make_batch(const EngineOptions& o) const = 0;
 };
 
-// The engine over a model type M (Model<> in text_loader.cpp; Model<Dynamic, Cuda> in cmd_cuda.cu).
+// The engine over a model type M (Model<> in cmd_cpu.cpp; Model<Dynamic, Cuda> in cmd_cuda.cu).
 template <class M>
 class TextEngineOf : public TextEngine {
  public:
@@ -190,7 +190,7 @@ inline Result<text::Tokenizer> load_tokenizer(const LoadArgs& a) {
 Result<std::unique_ptr<TextEngine>> load_cuda_engine(const LoadArgs& a);  // cmd_cuda.cu
 #endif
 
-// The engine for a.device (text_loader.cpp: TextEngineOf<Model<>> is instantiated there once, not in every command).
+// The engine for a.device (cmd_cpu.cpp: TextEngineOf<Model<>> is instantiated there once, not in every command).
 Result<std::unique_ptr<TextEngine>> load_text_model(const LoadArgs& a);
 
 }  // namespace dsv41::cli

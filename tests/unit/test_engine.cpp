@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <dsv41/runtime/engine.hpp>
@@ -113,6 +114,8 @@ TEST_CASE("engine: options are checked", "[engine]") {
   CHECK(TinyEngine::make(tiny(), o).status().code() == Code::invalid_argument);
   o.max_running = 4;
   CHECK(TinyEngine::make(tiny(), o).ok());
+  o.threads = 0;
+  CHECK(TinyEngine::make(tiny(), o).status().code() == Code::invalid_argument);
 }
 
 TEST_CASE("engine: concurrent requests each equal generate() alone", "[engine]") {
@@ -140,11 +143,13 @@ TEST_CASE("engine: concurrent requests each equal generate() alone", "[engine]")
     CHECK(alone(other).tokens != want[1].tokens);
   }
 
-  for (int prefill_chunk : {0, 4}) {
+  // (prefill chunk, decode threads): the CPU decode step spread over 3 threads gives the same tokens.
+  for (auto [prefill_chunk, threads] : {std::pair{0, 1}, std::pair{4, 1}, std::pair{0, 3}}) {
     EngineOptions o;
     o.step_tokens = 16;
     o.max_running = 8;
     o.prefill_chunk = prefill_chunk;
+    o.threads = threads;
     TinyEngine e = make_engine(o);
     Collected col;
     std::vector<RequestId> ids;
@@ -175,7 +180,7 @@ TEST_CASE("engine: concurrent requests each equal generate() alone", "[engine]")
         pulled[id].insert(pulled[id].end(), t->begin(), t->end());
       }
     }
-    INFO("prefill_chunk " << prefill_chunk << ", steps " << steps);
+    INFO("prefill_chunk " << prefill_chunk << ", threads " << threads << ", steps " << steps);
     CHECK(most_decoded >= 4);  // the requests really shared decode steps
     for (size_t i = 0; i < reqs.size(); ++i) {
       INFO("request " << i);
@@ -623,6 +628,40 @@ TEST_CASE("engine: requests resume from a session store and record its boundarie
   CHECK(info(e, *id).finish == RequestFinish::length);
   CHECK(info(e, *id).cached_tokens == 0);
   CHECK(*e.take_tokens(*id) == want);
+}
+
+TEST_CASE("engine: a decode step over 4 threads equals one thread", "[engine][threads][tsan]") {
+  std::vector<Request> reqs;
+  for (int i = 0; i < 5; ++i) reqs.push_back(make_request(6 + i, 40 + i, 6, i % 2 ? sampled(0.9f, 70 + i) : SamplingParams{}));
+  std::vector<std::vector<int32_t>> got[2];
+  for (int threads : {1, 4}) {
+    EngineOptions o;
+    o.step_tokens = 64;
+    o.max_running = 5;
+    o.threads = threads;
+    TinyEngine e = make_engine(o);
+    std::vector<RequestId> ids;
+    for (const auto& r : reqs) {
+      auto id = e.submit(r);
+      REQUIRE(id.ok());
+      ids.push_back(*id);
+    }
+    int most_decoded = 0;
+    for (int steps = 0; !e.idle(); ++steps) {
+      REQUIRE(steps < 100);
+      most_decoded = std::max(most_decoded, e.step().decoded);
+    }
+    CHECK(most_decoded == 5);  // all five in one step, on 4 threads in groups of 1, 1, 1 and 2
+    for (RequestId id : ids) {
+      auto t = e.take_tokens(id);
+      REQUIRE(t.ok());
+      CHECK(t->size() == 6);
+      got[threads == 4].push_back(*t);
+    }
+  }
+  CHECK(got[0] == got[1]);
+  CHECK(got[0][0] == alone(reqs[0]).tokens);
+  CHECK(got[1][3] == alone(reqs[3]).tokens);
 }
 
 TEST_CASE("engine: SharedEngine serves client threads while one thread steps", "[engine][threads][tsan]") {

@@ -9,7 +9,8 @@
 // Speculative requests draft with DSpark and verify in a forward of their own inside the same step; with a
 // session store (set_session) requests resume from stored prefixes and record their block boundaries.
 //
-// Threads: one thread drives the engine; submit, cancel, poll, take_tokens and release are not
+// Threads: one thread drives the engine (a CPU decode step may spread its sequences over EngineOptions::threads;
+// callbacks still run on the stepping thread); submit, cancel, poll, take_tokens and release are not
 // synchronized, so a host calling them from other threads holds a lock around every call (step included):
 // SharedEngine (runtime/shared_engine.hpp) is that lock.
 // Callbacks run inside step() (or inside cancel() for on_finish); they may call submit() and cancel(), and
@@ -18,11 +19,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -50,6 +55,7 @@ class Engine {
                                                ") so that prefill always progresses");
     if (o.max_queued < 0 || o.max_cache_bytes < 0 || o.max_positions < 0 || o.prefill_chunk < 0)
       return error(Code::invalid_argument, "engine: negative bound in options");
+    if (o.threads < 1) return error(Code::invalid_argument, "engine: threads must be >= 1");
     return Result<Engine>(Engine(model, o));
   }
 
@@ -160,9 +166,11 @@ class Engine {
     if (!dec.empty()) {
       std::vector<typename M::DecodeItem> items;
       for (Slot* s : dec) items.push_back({&*s->state, s->next, &s->logits});
-      const Status st = model_->decode(std::span<typename M::DecodeItem>(items));
+      const std::vector<Status> sts = decode_items(items);
       ss.decoded = int(dec.size());
-      for (Slot* s : dec) {
+      for (size_t i = 0; i < dec.size(); ++i) {
+        Slot* s = dec[i];
+        const Status& st = sts[i];
         if (s->info.phase != RequestPhase::decoding) continue;  // cancelled by an earlier callback
         if (!st.ok()) {
           fail(*s, Status(st.code(), "decode: " + st.message()));
@@ -254,6 +262,46 @@ class Engine {
   }
 
  private:
+  // The decode of items: one call, or where the backend runs sequences one by one (M::on_host and not
+  // batches_decode) and opt_.threads > 1, contiguous groups on up to that many threads (the first on this one;
+  // a thread that cannot start runs its group here). Each item gets its group's status.
+  std::vector<Status> decode_items(std::vector<typename M::DecodeItem>& items) const {
+    const size_t n = items.size();
+    size_t k = 1;
+    if constexpr (requires { requires M::on_host && !M::Ops::batches_decode; })
+      k = std::min(n, size_t(opt_.threads));
+    std::vector<Status> st(k);
+    const auto first = [&](size_t g) { return n * g / k; };
+    const auto run = [&](size_t g) {
+      store(st[g], model_->decode(std::span<typename M::DecodeItem>(items.data() + first(g), first(g + 1) - first(g))));
+    };
+    const auto run_caught = [&](size_t g) {  // on another thread an exception would end the process
+      try {
+        run(g);
+      } catch (const std::bad_alloc&) {
+        store(st[g], error(Code::resource_exhausted, "decode: out of memory"));
+      } catch (const std::exception& e) {
+        store(st[g], error(Code::internal, std::string("decode: ") + e.what()));
+      }
+    };
+    std::vector<std::thread> pool;
+    pool.reserve(k - 1);
+    std::vector<size_t> here{0};
+    for (size_t g = 1; g < k; ++g) {
+      try {
+        pool.emplace_back(run_caught, g);
+      } catch (const std::system_error&) {
+        here.push_back(g);
+      }
+    }
+    for (size_t g : here) run(g);
+    for (auto& t : pool) t.join();
+    std::vector<Status> per(n);
+    for (size_t g = 0; g < k; ++g)
+      for (size_t i = first(g); i < first(g + 1); ++i) store(per[i], st[g]);
+    return per;
+  }
+
   struct Slot {
     explicit Slot(const SamplingParams& p) : sampler(p) {}
     RequestId id = 0;

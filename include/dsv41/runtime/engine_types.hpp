@@ -39,6 +39,9 @@ struct EngineOptions {
   int64_t max_positions = 0;    // a sequence's capacity at most; 0 = the model's max_position_embeddings
   int prefill_chunk = 0;        // most prompt tokens of one request per forward; 0 = what the budget leaves
   bool round_robin_prefill = false;  // prefill order: false = first admitted first, true = rotate each step
+  // Threads a decode step may use where the backend runs sequences one by one (the CPU's): the step's sequences
+  // in up to this many contiguous groups, the first on the stepping thread. Results do not depend on it.
+  int threads = 1;
 };
 
 struct Request {

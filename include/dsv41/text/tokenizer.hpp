@@ -123,13 +123,11 @@ class Tokenizer : private detail::TokenizerJson {
   }
 
  private:
-  // Byte ranges of the text split_added() scans (from `base` on) in which special tokens are text.
+  // Byte ranges of the text split_added() scans in which special tokens are text.
   struct Literal {
     std::span<const TextRange> r;
-    size_t base = 0;
     // The first range that overlaps [b, e) (offsets in the scanned text), or null.
     const TextRange* overlap(size_t b, size_t e) const {
-      b += base, e += base;
       auto it = std::upper_bound(r.begin(), r.end(), b, [](size_t x, const TextRange& t) { return x < t.end; });
       return it != r.end() && it->begin < e ? &*it : nullptr;
     }
@@ -144,7 +142,7 @@ class Tokenizer : private detail::TokenizerJson {
       utf8 = repaired;
     }
     out.reserve(utf8.size() / 3 + 4);
-    const Literal lit{literal, 0};
+    const Literal lit{literal};
     split_added(utf8, raw_added_, allow_special, lit, [&](std::string_view piece, int32_t id) {
       if (id >= 0) {
         out.push_back(id);
@@ -274,7 +272,7 @@ class Tokenizer : private detail::TokenizerJson {
       if (a.special && !lit.r.empty()) {
         if (const TextRange* t = lit.overlap(ms, me)) {
           // Client text: no control token. Scanning resumes where that text ends when the match ran past it.
-          const size_t te = t->end - lit.base;
+          const size_t te = t->end;
           if (te > ms && te < me) pos = te;
           continue;
         }
