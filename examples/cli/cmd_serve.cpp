@@ -1203,9 +1203,11 @@ int run_serve(void* p) {
     return 1;
   }
   // Lives until exit (handlers may still hold it while the process stops), kept in a static so that it stays
-  // reachable: a leak checker then sees an owner (the CLI's process, not the library).
-  static Server* kept = nullptr;
-  auto* s = kept = new Server;
+  // reachable: a leak checker then sees an owner (the CLI's process, not the library). Volatile: a static that is
+  // only written is otherwise optimized away (LeakSanitizer then reported the model as leaked).
+  static Server* volatile kept = nullptr;
+  auto* s = new Server;
+  kept = s;
   s->opt = o;
   s->gen = *gen;
   return s->run();

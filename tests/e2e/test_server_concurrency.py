@@ -46,6 +46,14 @@ def metrics(base):
     return out
 
 
+def longest_step(ms):
+    """An upper bound of the longest engine step so far: the smallest dsv41_step_seconds bucket holding every step."""
+    n = mval(ms, "dsv41_step_seconds_count")
+    full = [float(dict(lab)["le"]) for (name, lab), v in ms.items()
+            if name == "dsv41_step_seconds_bucket" and dict(lab)["le"] != "+Inf" and v >= n]
+    return min(full) if full else float("inf")
+
+
 def start(port, *extra, env_key=True):
     env = dict(os.environ)
     if env_key:
@@ -175,7 +183,11 @@ try:
     check(cancelled_at is not None, "a client gone during prefill is cancelled (/metrics shows it)")
     if cancelled_at:
         print(f"cancel noticed {cancelled_at - t_close:.2f} s after the close")
-        check(cancelled_at - t_close < 2.0, f"cancel within 2 s of the close: {cancelled_at - t_close:.2f} s")
+        # Noticed when the running prefill chunk ends: 2 s, or two of the longest step where steps are slower (an
+        # instrumented build).
+        bound = max(2.0, 2 * longest_step(ms))
+        check(cancelled_at - t_close < bound, f"cancel within {bound:.1f} s of the close (2 s, or two of the longest "
+                                              f"step): {cancelled_at - t_close:.2f} s")
         check(mval(ms, "dsv41_completion_tokens_total") == mval(before, "dsv41_completion_tokens_total"),
               "the cancelled request generated nothing (it was still in prefill)")
         free_by = time.time() + 2

@@ -7,13 +7,19 @@
 #include <type_traits>
 
 #include <dsv41/core/host_device.hpp>
+#include <dsv41/core/unsanitized.hpp>
 
 namespace dsv41::num {
 
 namespace detail {
 
+#if defined(DSV41_UNSANITIZED_HOT_LOOPS) && !defined(__CUDACC__)  // the builtin: std::bit_cast is not inlined there
+DSV41_UNSANITIZED constexpr uint32_t f32_bits(float x) { return __builtin_bit_cast(uint32_t, x); }
+DSV41_UNSANITIZED constexpr float f32_from_bits(uint32_t b) { return __builtin_bit_cast(float, b); }
+#else
 DSV41_HD constexpr uint32_t f32_bits(float x) { return std::bit_cast<uint32_t>(x); }
 DSV41_HD constexpr float f32_from_bits(uint32_t b) { return std::bit_cast<float>(b); }
+#endif
 
 // m / 2^s rounded to nearest, ties to even.
 DSV41_HD constexpr uint32_t rne_shift(uint32_t m, int s) {
@@ -47,7 +53,7 @@ DSV41_HD constexpr uint16_t bf16_bits(float x) {
   if ((b & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t(((b >> 16) & 0x8000u) | 0x7FC0u);
   return uint16_t((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
 }
-DSV41_HD constexpr float bf16_to_f32(uint16_t h) { return detail::f32_from_bits(uint32_t(h) << 16); }
+DSV41_HD DSV41_UNSANITIZED constexpr float bf16_to_f32(uint16_t h) { return detail::f32_from_bits(uint32_t(h) << 16); }
 DSV41_HD constexpr float round_bf16(float x) { return bf16_to_f32(bf16_bits(x)); }
 
 // ---- FP8 E4M3 (OCP float8_e4m3fn): bias 7, max 448, S.1111.111 is NaN, no infinity ----
@@ -62,7 +68,7 @@ DSV41_HD constexpr uint8_t e4m3_from_f32(float x) {
   return uint8_t(sign | detail::small_float_code(a, 3, 7));
 }
 // Exact for all 256 codes; 0x7F/0xFF decode to a quiet NaN of that sign.
-DSV41_HD constexpr float e4m3_to_f32(uint8_t c) {
+DSV41_HD DSV41_UNSANITIZED constexpr float e4m3_to_f32(uint8_t c) {
   const uint32_t sign = uint32_t(c & 0x80u) << 24;
   const uint32_t e = (c >> 3) & 0xFu, m = c & 7u;
   if (e == 15 && m == 7) return detail::f32_from_bits(sign | 0x7FC00000u);
@@ -73,7 +79,7 @@ DSV41_HD constexpr float round_e4m3(float x) { return e4m3_to_f32(e4m3_from_f32(
 
 // ---- UE8M0 (float8_e8m0fnu): value 2^(e-127), 0xFF is NaN, no zero, no sign ----
 // Exact; code 0 is 2^-127, an FP32 subnormal.
-DSV41_HD constexpr float ue8m0_to_f32(uint8_t e) {
+DSV41_HD DSV41_UNSANITIZED constexpr float ue8m0_to_f32(uint8_t e) {
   if (e == 0xFF) return detail::f32_from_bits(0x7FC00000u);
   if (e == 0) return detail::f32_from_bits(0x00400000u);
   return detail::f32_from_bits(uint32_t(e) << 23);
@@ -105,7 +111,7 @@ DSV41_HD constexpr uint8_t e2m1_from_f32(float x) {
   if (a >= 0x40C00000u) return uint8_t(sign | 0x7u);  // |x| >= 6
   return uint8_t(sign | detail::small_float_code(a, 1, 1));
 }
-DSV41_HD constexpr float e2m1_to_f32(uint8_t nibble) {
+DSV41_HD DSV41_UNSANITIZED constexpr float e2m1_to_f32(uint8_t nibble) {
   const uint32_t sign = uint32_t(nibble & 0x8u) << 28;
   const uint32_t e = (nibble >> 1) & 3u, m = nibble & 1u;
   const uint32_t mag = e ? (((e + 126u) << 23) | (m << 22)) : (m ? 0x3F000000u : 0u);  // 2^(e-1)·1.m, or m/2

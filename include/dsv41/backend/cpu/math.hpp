@@ -9,6 +9,7 @@
 
 #include <dsv41/blocks/rope.hpp>
 #include <dsv41/blocks/weights.hpp>
+#include <dsv41/core/unsanitized.hpp>
 #include <dsv41/numeric/formats.hpp>
 #include <dsv41/numeric/quant.hpp>
 #include <dsv41/numeric/sum_order.hpp>
@@ -37,13 +38,8 @@ inline void rmsnorm(const float* x, const float* w, int rows, int n, float eps, 
 }
 
 // FP32 dot product in 8 interleaved partial sums (a reordered sum, which SPEC §3 allows), so the
-// compiler can vectorize it without -ffast-math. Most of a CPU forward's time: a build that defines
-// DSV41_UNSANITIZED_DOT (the CLI under sanitizers, whose suite would otherwise run ~12x slower) leaves it out of
-// ASan and UBSan; the unit suite checks it instrumented.
-#if defined(DSV41_UNSANITIZED_DOT) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((no_sanitize("address", "undefined")))
-#endif
-inline float dot(const float* a, const float* b, int n) {
+// compiler can vectorize it without -ffast-math. Most of a CPU prefill's time (core/unsanitized.hpp).
+DSV41_UNSANITIZED inline float dot(const float* a, const float* b, int n) {
   float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int i = 0;
   for (; i + 8 <= n; i += 8)
