@@ -135,21 +135,6 @@ double percentile(std::vector<double> v, double q) {
   return v[std::clamp<size_t>(k, 1, v.size()) - 1];
 }
 
-// The first n backbone layers of s (as bench_session_gpu.cu cuts them).
-Result<ModelShape> cut_layers(ModelShape s, int n) {
-  if (n <= 0 || n >= s.num_hidden_layers) return Result<ModelShape>(std::move(s));
-  if (s.num_nextn_predict_layers != 0) return error(Code::invalid_argument, "--layers: the config has DSpark stages");
-  s.num_hidden_layers = n;
-  s.compress_ratios.resize(size_t(n));
-  auto keep = [n](std::vector<int>& v) { std::erase_if(v, [n](int l) { return l >= n; }); };
-  keep(s.kv_source_layer_ids);
-  keep(s.index_source_layer_ids);
-  keep(s.dspark_target_layer_ids);
-  if (s.candidate_source_layer_id >= n) s.candidate_source_layer_id = -1;
-  DSV41_TRY(validate_shape(s));
-  return Result<ModelShape>(std::move(s));
-}
-
 // N prompts of n random ids from (seed, N): the same for the batched and the sequential run, distinct per request.
 std::vector<std::vector<int32_t>> make_prompts(const ModelShape& s, uint64_t seed, int N, int n) {
   std::mt19937_64 rng(synth::mix64(seed ^ (uint64_t(N) << 32)));
@@ -425,7 +410,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", shape0.status().message().c_str());
     return 1;
   }
-  auto shape = cut_layers(*shape0, opt.layers);
+  auto shape = synth::cut_layers(*shape0, opt.layers);
   if (!shape.ok()) {
     std::fprintf(stderr, "%s\n", shape.status().message().c_str());
     return 1;

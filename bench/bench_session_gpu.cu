@@ -139,20 +139,6 @@ double rel(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-// The first n backbone layers of s (sources, candidate source and DSpark taps past them dropped).
-Result<ModelShape> cut_layers(ModelShape s, int n) {
-  if (n <= 0 || n >= s.num_hidden_layers) return Result<ModelShape>(std::move(s));
-  if (s.num_nextn_predict_layers != 0) return error(Code::invalid_argument, "--layers: the config has DSpark stages");
-  s.num_hidden_layers = n;
-  s.compress_ratios.resize(size_t(n));
-  auto keep = [n](std::vector<int>& v) { std::erase_if(v, [n](int l) { return l >= n; }); };
-  keep(s.kv_source_layer_ids);
-  keep(s.index_source_layer_ids);
-  keep(s.dspark_target_layer_ids);
-  if (s.candidate_source_layer_id >= n) s.candidate_source_layer_id = -1;
-  DSV41_TRY(validate_shape(s));
-  return Result<ModelShape>(std::move(s));
-}
 
 // Drops the store's files from the page cache, so the resume reads them from the disk.
 void drop_page_cache(const std::string& dir) {
@@ -344,7 +330,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", shape0.status().message().c_str());
     return 1;
   }
-  auto shape = cut_layers(*shape0, opt.layers);
+  auto shape = synth::cut_layers(*shape0, opt.layers);
   if (!shape.ok()) {
     std::fprintf(stderr, "%s\n", shape.status().message().c_str());
     return 1;

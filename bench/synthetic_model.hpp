@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include <dsv41/config/parse_config.hpp>
 #include <dsv41/model/cuda_model.hpp>
 #include <dsv41/numeric/quant.hpp>
 
@@ -92,6 +93,21 @@ DSV41_HD inline float gauss(uint64_t h) {
   return (s - 2.f) * 1.7320508f;
 }
 }  // namespace detail
+
+// The first n backbone layers of s (sources, candidate source and DSpark taps past them dropped).
+inline Result<ModelShape> cut_layers(ModelShape s, int n) {
+  if (n <= 0 || n >= s.num_hidden_layers) return Result<ModelShape>(std::move(s));
+  if (s.num_nextn_predict_layers != 0) return error(Code::invalid_argument, "--layers: the config has DSpark stages");
+  s.num_hidden_layers = n;
+  s.compress_ratios.resize(size_t(n));
+  auto keep = [n](std::vector<int>& v) { std::erase_if(v, [n](int l) { return l >= n; }); };
+  keep(s.kv_source_layer_ids);
+  keep(s.index_source_layer_ids);
+  keep(s.dspark_target_layer_ids);
+  if (s.candidate_source_layer_id >= n) s.candidate_source_layer_id = -1;
+  DSV41_TRY(validate_shape(s));
+  return Result<ModelShape>(std::move(s));
+}
 
 // Linear shapes per role as bind_weights (model/weights.hpp) makes them; pools filled from `seed`.
 inline SyntheticWeights make_synthetic_weights(const ModelShape& s, uint64_t seed) {
