@@ -5,7 +5,10 @@
 // shapes and reported against the measured H200 ceilings.
 //
 //   bench_layer_stack [--config F] [--contexts 4096,131072] [--batches 1,8,64] [--warmup 3] [--steps 20] [--profile]
-//                     [--out FILE.md] [--check-config] [--fixed] [--graph] [--fixed]
+//                     [--prefill 512,2048] [--out FILE.md] [--check-config] [--fixed] [--graph]
+//
+// --prefill T,...: also a prefill chunk of T tokens into a fresh sequence (position 0, no logits), timed the same way
+// (--contexts "" --batches "" for the prefill alone); with --profile, where its time goes.
 //
 // --fixed: the ops of the V41Flash preset (gpu::Ops<configs::V41Flash>: hc, attention H/D and indexer nI/dI as
 // kernel template arguments) instead of gpu::Forward's run-time sizes; the config must have those sizes.
@@ -164,7 +167,7 @@ void print_mem(const char* when) {
 
 struct Options {
   std::string config = "bench/layer_stack/config.json", out;
-  std::vector<int64_t> contexts{4096, 131072}, batches{1, 8, 64};
+  std::vector<int64_t> contexts{4096, 131072}, batches{1, 8, 64}, prefill;
   int warmup = 3, steps = 20;
   bool check_config = false, profile = false;
   bool fixed = false;  // --fixed: gpu::Ops<configs::V41Flash> (the release's kernel sizes as template arguments)
@@ -373,6 +376,71 @@ Status run_case(F& f, const std::vector<LayerRole>& sched, const Sizes& z, const
   return Status::Ok();
 }
 
+std::string prefill_header() {
+  return "| prefill tokens | ms (GPU median) | min ms | host enqueue ms | tokens/s | GFLOP (est.) | TFLOP/s "
+         "| % of FP8 peak | weights MB (est.) | TB/s of weights |\n"
+         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+}
+
+// A prefill chunk of T tokens into a fresh sequence (allocated outside the timed region), no logits: warm-up, timed
+// repetitions, then (--profile) as many with the op timer. Cost: step_cost of T rows at the chunk's mean context.
+template <class F>
+Status run_prefill(F& f, const std::vector<LayerRole>& sched, const Sizes& z, const Options& opt, int T,
+                   cudaStream_t stream, std::string& table) {
+  const ModelShape& s = f.shape();
+  std::mt19937 rng{uint32_t(T)};
+  std::uniform_int_distribution<int32_t> tok(3, s.vocab_size - 1);
+  std::vector<int32_t> ids(size_t(T), 0);
+  Events ev;
+  ev.ev.resize(2);
+  for (auto& e : ev.ev) DSV41_CUDA_TRY(cudaEventCreate(&e), "event");
+  gpu::OpTimer timer;
+  std::map<std::string, double> tot;
+  std::vector<double> gpu_ms, host_ms;
+  const int reps = opt.warmup + opt.steps + (opt.profile ? opt.steps : 0);
+  for (int i = 0; i < reps; ++i) {
+    for (auto& x : ids) x = tok(rng);
+    auto q = f.new_sequence(T + 16);
+    if (!q.ok()) return q.status();
+    gpu::DeviceSequence seq = std::move(q).value();
+    DSV41_CUDA_TRY(cudaStreamSynchronize(stream), "sequence allocation");
+    const bool timed = i >= opt.warmup && i < opt.warmup + opt.steps, prof = i >= opt.warmup + opt.steps;
+    if (prof) f.set_timer(&timer);
+    DSV41_CUDA_TRY(cudaEventRecord(ev.ev[0], stream), "event");
+    const double h0 = now_s();
+    Status st = blocks::forward(f, seq, ids, ForwardOptions{}, static_cast<float*>(nullptr));
+    const double h = (now_s() - h0) * 1e3;
+    if (st.ok() && cudaEventRecord(ev.ev[1], stream) != cudaSuccess) st = error(Code::internal, "prefill: event");
+    if (prof) {
+      if (st.ok()) st = timer.collect(stream, tot);
+      f.set_timer(nullptr);
+    }
+    DSV41_TRY(st);
+    DSV41_CUDA_TRY(cudaStreamSynchronize(stream), "prefill");
+    float ms = 0;
+    DSV41_CUDA_TRY(cudaEventElapsedTime(&ms, ev.ev[0], ev.ev[1]), "event time");
+    if (timed) { gpu_ms.push_back(ms); host_ms.push_back(h); }
+  }
+  const double med = median(gpu_ms), mn = gpu_ms.empty() ? 0 : *std::min_element(gpu_ms.begin(), gpu_ms.end());
+  const Cost c = step_cost(s, sched, z, T / 2, T, false);
+  const double tf = med > 0 ? c.flops / (med * 1e-3) / 1e12 : 0;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "| %d | %.3f | %.3f | %.3f | %.0f | %.1f | %.1f | %.2f%% | %.1f | %.3f |\n", T, med, mn,
+                median(host_ms), med > 0 ? T / (med * 1e-3) : 0.0, c.flops / 1e9, tf, 100 * tf / kFp8TF,
+                c.weights / 1e6, med > 0 ? c.weights / (med * 1e-3) / 1e12 : 0.0);
+  table += buf;
+  std::printf("prefill %d tokens: %.3f ms GPU median (min %.3f), host enqueue %.3f ms, %.1f TFLOP/s (est.)\n", T, med, mn,
+              median(host_ms), tf);
+  if (opt.profile) {
+    double sum = 0;
+    for (const auto& kv : tot) sum += kv.second;
+    std::printf("  profile, prefill %d (per chunk, sections sum to %.3f ms):\n", T, sum / std::max(opt.steps, 1));
+    for (const auto& [name, ms] : tot)
+      std::printf("    %-20s %8.3f ms  %5.1f%%\n", name.c_str(), ms / std::max(opt.steps, 1), 100.0 * ms / sum);
+  }
+  return Status::Ok();
+}
+
 // Uploads the weights into ops F (gpu::Forward, or a preset's gpu::Ops) and runs every case.
 template <class F>
 int run_all(const ModelShape& s, const std::vector<LayerRole>& sched, const Sizes& z, const Options& opt,
@@ -399,6 +467,15 @@ int run_all(const ModelShape& s, const std::vector<LayerRole>& sched, const Size
         all_ok = false;
       }
     }
+  std::string ptable = prefill_header();
+  for (int64_t T : opt.prefill) {
+    Status st = run_prefill(f, sched, z, opt, int(T), stream, ptable);
+    if (!st.ok()) {
+      std::printf("  prefill %lld failed: %s\n", (long long)T, st.message().c_str());
+      all_ok = false;
+    }
+  }
+  if (!opt.prefill.empty()) table += "\n" + ptable;
   std::printf("\n%s", table.c_str());
   if (!opt.out.empty()) {
     if (FILE* fo = std::fopen(opt.out.c_str(), "w")) {
@@ -427,6 +504,7 @@ int main(int argc, char** argv) {
     if (a == "--config") opt.config = val();
     else if (a == "--contexts") opt.contexts = parse_list(val());
     else if (a == "--batches") opt.batches = parse_list(val());
+    else if (a == "--prefill") opt.prefill = parse_list(val());
     else if (a == "--warmup") opt.warmup = std::stoi(val());
     else if (a == "--steps") opt.steps = std::stoi(val());
     else if (a == "--out") opt.out = val();

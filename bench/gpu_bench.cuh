@@ -127,8 +127,7 @@ inline Row bench_act_quant(int T, int K) {
   return r;
 }
 
-// regs: the skinny shapes (M <= 64) on the register kernel, as gemm_fp8 ran them before the streamed kernel.
-inline Row bench_gemm(const char* name, int M, int N, int K, bool regs = false) {
+inline Row bench_gemm(const char* name, int M, int N, int K) {
   const double wbytes = double(N) * K + double(N / 32) * (K / 32), xbytes = double(M) * K * (1 + 1.0 / 32);
   const int ns = rotation(wbytes + xbytes);
   std::vector<DBuf<uint8_t>> w, ws, xc, xe;
@@ -142,25 +141,10 @@ inline Row bench_gemm(const char* name, int M, int N, int K, bool regs = false) 
   const size_t wsb = gpu::gemm_workspace_bytes(M, N, K);
   DBuf<float> work(wsb / 4 + 1);
   Row r{std::string("gemm_fp8 ") + name, "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K),
-        0, wbytes + xbytes + 2.0 * M * N, 2.0 * M * N * K, '8',
-        M > 64 ? "wide" : std::string(regs ? "register" : "streamed") + (wsb ? " skinny split-K" : " skinny")};
-  const int ks = gpu::detail::skinny_ksplit(M, N, K);
+        0, wbytes + xbytes + 2.0 * M * N, 2.0 * M * N * K, '8', M > 64 ? "wide" : (wsb ? "skinny split-K" : "skinny")};
   r.us = median_us([&](int i) {
     const int s = i % ns;
-    if (!regs) {
-      GT_OK(gpu::gemm_fp8(xc[s].p, xe[s].p, M, w[s].p, ws[s].p, N, K, y.p, N, work.p, wsb, nullptr));
-      return;
-    }
-    gpu::SkinnyParams p;
-    p.w1 = {w[s].p, ws[s].p, 0, 0};
-    p.N = N; p.K = K; p.xc = xc[s].p; p.xe = xe[s].p; p.M = M; p.y = y.p; p.ldy = N;
-    p.ksplit = ks; p.partial = work.p;
-    GT_OK((gpu::gemm_skinny_regs<gpu::WFmt::FP8, false>(p, 0, M, nullptr)));
-    if (ks > 1) {
-      gpu::detail::splitk_reduce_kernel<<<unsigned(gpu::ceil_div64(int64_t(M) * N, 256)), 256>>>(work.p, ks, M, N, y.p, N,
-                                                                                               nullptr);
-      GT_OK(gpu::launch_status("split-K reduce"));
-    }
+    GT_OK(gpu::gemm_fp8(xc[s].p, xe[s].p, M, w[s].p, ws[s].p, N, K, y.p, N, work.p, wsb, nullptr));
   });
   return r;
 }
@@ -219,8 +203,9 @@ struct MoeBench {
     fill(gate.p, gate.n, seed++, 3, 0.02f);
     fill(bias.p, bias.n, seed++, 5, 0.1f);
   }
-  Row run(int T) {
+  Row run(int T, int tile_rows = 0) {
     gpu::MoeShape sh{T, d, E, k, I, 1.5f, 10.f, true};
+    sh.tile_rows = tile_rows;
     gpu::MoeWeights W;
     W.gate = gate.p; W.bias = bias.p;
     const int64_t gw = int64_t(I) * d / 2, gs = int64_t(I) * d / 32;
@@ -242,68 +227,10 @@ struct MoeBench {
     const double ebytes = 3.0 * I * d * (0.5 + 1.0 / 32), sbytes = 3.0 * I * d * (1.0 + 1.0 / 1024);
     Row r{"moe layer", "T=" + std::to_string(T) + " E=384 k=6 I=2304", 0,
           active * ebytes + sbytes + 2.0 * E * d + 4.0 * T * d, 2.0 * T * (k + 1) * 3.0 * I * d + 2.0 * T * E * d, '8',
-          std::to_string(active) + " experts hit"};
+          std::to_string(active) + " experts hit, tiles of " + std::to_string(gpu::detail::moe_tile_rows(sh)) +
+              " rows" + (tile_rows ? " (forced)" : "")};
     r.us = median_us([&](int i) { GT_OK(gpu::moe(sh, W, x[i % ns].p, out.p, work.p, wsb, nullptr)); });
     return r;
-  }
-  // The routed experts' grouped FP4 GEMMs alone (w1/w3 with SwiGLU, w2) on the tiles of one MoE call at T
-  // tokens: the register kernel (gemm_skinny_regs) and the streamed one (gemm_skinny_stream), same inputs.
-  std::vector<Row> grouped(int T) {
-    gpu::MoeShape sh{T, d, E, k, I, 1.5f, 10.f, true};
-    gpu::MoeWeights W;
-    W.gate = gate.p; W.bias = bias.p;
-    const int64_t gw = int64_t(I) * d / 2, gs = int64_t(I) * d / 32;
-    W.w1 = {w1.p, w1s.p, gw, gs}; W.w3 = {w3.p, w3s.p, gw, gs}; W.w2 = {w2.p, w2s.p, gw, gs};
-    W.s1 = {s1.p, s1s.p, 0, 0}; W.s3 = {s3.p, s3s.p, 0, 0}; W.s2 = {s2.p, s2s.p, 0, 0};
-    // 4 inputs routed apart, rotated, so that one call's experts are not in L2 from the call before
-    const int ns = 4, P = T * k;
-    const size_t wsb = gpu::moe_workspace_bytes(sh);
-    std::vector<DBuf<uint8_t>> work;
-    std::vector<gpu::SkinnyParams> p1(ns), p2(ns);
-    double active = 0;
-    int n_tiles = 0;
-    for (int s = 0; s < ns; ++s) {
-      DBuf<bf16_t> x(size_t(T) * d), out(size_t(T) * d);
-      fill(x.p, x.n, 310 + s, 3);
-      work.emplace_back(wsb);
-      GT_OK(gpu::moe(sh, W, x.p, out.p, work[s].p, wsb, nullptr));
-      GT_SYNC();
-      const gpu::MoeWork w = gpu::moe_work(sh, work[s].p);
-      std::vector<int> sel(static_cast<size_t>(P));
-      GT_CUDA(cudaMemcpy(sel.data(), w.sel, sel.size() * 4, cudaMemcpyDeviceToHost));
-      std::sort(sel.begin(), sel.end());
-      active += double(std::unique(sel.begin(), sel.end()) - sel.begin()) / ns;
-      int nt = 0;
-      GT_CUDA(cudaMemcpy(&nt, w.n_tiles, 4, cudaMemcpyDeviceToHost));
-      n_tiles += nt;
-      auto& a = p1[s];
-      a.w1 = W.w1; a.w3 = W.w3; a.N = I; a.K = d; a.xc = w.xc; a.xe = w.xe;
-      a.row_src = w.row_src; a.row_weight = w.row_w; a.tiles = w.tiles; a.n_tiles = w.n_tiles;
-      a.M = P; a.y = w.h; a.ldy = I; a.limit = 10.f;
-      auto& b = p2[s];
-      b.w1 = W.w2; b.N = d; b.K = I; b.xc = w.hc; b.xe = w.he; b.tiles = w.tiles; b.n_tiles = w.n_tiles;
-      b.M = P; b.y = w.ys; b.ldy = d;
-    }
-    const int mt = gpu::moe_work(sh, work[0].p).max_tiles, mr = gpu::detail::kMoeTile;
-    const double eb = double(I) * d * (0.5 + 1.0 / 32);  // one FP4 matrix of one expert with its scales
-    char note[96];
-    std::snprintf(note, sizeof note, "%.1f experts hit, %.1f tiles (mean of 4 inputs)", active, n_tiles / double(ns));
-    std::vector<Row> rows;
-    for (int kind = 0; kind < 4; ++kind) {
-      const bool swiglu = kind < 2, streamed = kind & 1;
-      Row r{swiglu ? "moe w1/w3" : "moe w2", "T=" + std::to_string(T) + (streamed ? " streamed" : " registers"), 0,
-            active * eb * (swiglu ? 2 : 1) + (swiglu ? 1.0 * T * d + 2.0 * P * I : 1.0 * P * I + 2.0 * P * d),
-            2.0 * P * I * d * (swiglu ? 2 : 1), '8', note};
-      r.us = median_us([&](int i) {
-        const int s = i % ns;
-        if (kind == 0) GT_OK((gpu::gemm_skinny_regs<gpu::WFmt::FP4, true>(p1[s], mt, mr, nullptr)));
-        if (kind == 1) GT_OK((gpu::gemm_skinny_stream<gpu::WFmt::FP4, true>(p1[s], mt, mr, nullptr)));
-        if (kind == 2) GT_OK((gpu::gemm_skinny_regs<gpu::WFmt::FP4, false>(p2[s], mt, mr, nullptr)));
-        if (kind == 3) GT_OK((gpu::gemm_skinny_stream<gpu::WFmt::FP4, false>(p2[s], mt, mr, nullptr)));
-      });
-      rows.push_back(r);
-    }
-    return rows;
   }
 };
 

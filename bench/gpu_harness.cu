@@ -74,14 +74,11 @@ int main(int argc, char** argv) {
     run("rmsnorm", [&] { rows.push_back(bench_rmsnorm(4, 5120)); rows.push_back(bench_rmsnorm(2048, 5120)); });
     run("act_quant", [&] { rows.push_back(bench_act_quant(2048, 5120)); });
     run("gemm", [&] {
-      for (int M : {1, 4, 64})
-        for (bool regs : {true, false}) {
-          rows.push_back(bench_gemm("wq_a", M, 1280, 5120, regs));
-          rows.push_back(bench_gemm("wq_b", M, 32768, 1280, regs));
-          rows.push_back(bench_gemm("wkv", M, 512, 5120, regs));
-          rows.push_back(bench_gemm("wo_b", M, 5120, 8192, regs));
-          rows.push_back(bench_gemm("shared w2", M, 5120, 2304, regs));
-        }
+      rows.push_back(bench_gemm("wq_a", 4, 1280, 5120));
+      rows.push_back(bench_gemm("wq_b", 4, 32768, 1280));
+      rows.push_back(bench_gemm("wkv", 4, 512, 5120));
+      rows.push_back(bench_gemm("wo_b", 4, 5120, 8192));
+      rows.push_back(bench_gemm("wq_b", 64, 32768, 1280));
       rows.push_back(bench_gemm("wq_a", 2048, 1280, 5120));
       rows.push_back(bench_gemm("wq_b", 2048, 32768, 1280));
       rows.push_back(bench_gemm("wo_b", 2048, 5120, 8192));
@@ -103,8 +100,8 @@ int main(int argc, char** argv) {
       rows.push_back(mb.run(8));
       rows.push_back(mb.run(64));
       rows.push_back(mb.run(2048));
-      for (int T : {1, 8, 64, 2048})
-        for (auto& r : mb.grouped(T)) rows.push_back(r);
+      for (int T : {512, 1024, 2048})
+        for (int tile : {16, 64}) rows.push_back(mb.run(T, tile));
     });
     std::printf("\n");
     print_rows(rows, stdout);

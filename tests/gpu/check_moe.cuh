@@ -58,7 +58,21 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
   GT_OK(gpu::moe(sh, W, reinterpret_cast<const gpu::bf16_t*>(dx.p), reinterpret_cast<gpu::bf16_t*>(dout.p), work.p, wsb,
                  nullptr));
   GT_SYNC();
-  const std::vector<float> out = from_bits(dout.download());
+  const std::vector<uint16_t> out_bits = dout.download();
+  const std::vector<float> out = from_bits(out_bits);
+  // The expert tiles of 16 and of 64 rows (MoeShape::tile_rows) give the same bits as the automatic choice.
+  int tile_diff = 0;
+  for (int tile : {16, 64}) {
+    gpu::MoeShape st = sh;
+    st.tile_rows = tile;
+    DBuf<uint8_t> work2(gpu::moe_workspace_bytes(st));
+    DBuf<uint16_t> dout2(size_t(T) * d);
+    dout2.poison();
+    GT_OK(gpu::moe(st, W, reinterpret_cast<const gpu::bf16_t*>(dx.p), reinterpret_cast<gpu::bf16_t*>(dout2.p), work2.p,
+                   work2.n, nullptr));
+    GT_SYNC();
+    if (dout2.download() != out_bits) ++tile_diff;
+  }
   const gpu::MoeWork mw = gpu::moe_work(sh, work.p);
   std::vector<int> gsel(P);
   std::vector<float> gw(P), glog(size_t(T) * E);
@@ -103,10 +117,13 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
     }
   }
   char note[200];
-  std::snprintf(note, sizeof note, "routing: %lld/%d picks differ, max w rel err %.2g, max logit rel err %.2g",
-                (long long)sel_diff, P, w_rel, log_rel);
+  std::snprintf(note, sizeof note,
+                "routing: %lld/%d picks differ, max w rel err %.2g, max logit rel err %.2g; tiles of %d rows (auto), "
+                "16 and 64: %s",
+                (long long)sel_diff, P, w_rel, log_rel, gpu::detail::moe_tile_rows(sh),
+                tile_diff ? "NOT the same bits" : "the same bits");
   c.r.note = note;
-  return c.done(sel_diff == 0 && w_rel < 1e-5);
+  return c.done(sel_diff == 0 && w_rel < 1e-5 && tile_diff == 0);
 }
 
 }  // namespace dsv41::gputest

@@ -11,17 +11,14 @@
 //
 // Kernels:
 //  - skinny (N % 16 == 0; M ≤ 64 rows per tile, "swapped": the weight rows are the mma's M side, the activation
-//    rows its N side; grouped over a row-tile list for MoE; split-K): decode shapes and the MoE expert GEMMs.
-//    Two implementations with the same arithmetic in the same order (the same bits): the streamed kernel
-//    (gemm_stream.cuh: weights through a cp.async pipeline in shared memory; K % 128 == 0, tiles of ≤ 16 rows)
-//    and the register kernel (gemm_skinny.cuh) for every other shape;
+//    rows its N side; grouped over a row-tile list for MoE; split-K): decode shapes and the MoE expert GEMMs,
+//    in gemm_skinny.cuh;
 //  - wide (128x128 CTA tile, 3-stage cp.async pipeline, ldmatrix, swizzled shared memory): prefill.
 #pragma once
 #include <algorithm>
 
 #include <dsv41/backend/cuda/kernels/common.cuh>
 #include <dsv41/backend/cuda/kernels/gemm_skinny.cuh>
-#include <dsv41/backend/cuda/kernels/gemm_stream.cuh>
 
 namespace dsv41::gpu {
 
@@ -217,16 +214,6 @@ inline size_t gemm_workspace_bytes(int M, int N, int K) {
   const int ks = std::max(detail::skinny_ksplit(M, N, K),
                           M > 64 ? 1 : detail::choose_ksplit(ceil_div(N, 64) * ceil_div(M, 64), K / 32));
   return ks > 1 ? size_t(ks) * M * N * sizeof(float) : 0;
-}
-
-// Skinny / grouped GEMM (SkinnyParams; grid.x = max_tiles, or the dense row tiles; max_rows bounds the rows of any
-// tile): the streamed kernel where it fits (stream_gemm_fits), the register kernel otherwise; the same bits.
-// With ksplit > 1 the caller reduces p.partial (splitk_reduce / swiglu_splitk_reduce).
-template <WFmt F, bool SWIGLU>
-inline Status gemm_skinny(const SkinnyParams& p, int max_tiles, int max_rows, cudaStream_t stream) {
-  if (p.N % 16 || p.K % 32 || p.N <= 0 || p.K <= 0 || p.ksplit < 1) return bad_arg("gemm_skinny: N % 16 or K % 32");
-  if (stream_gemm_fits(p, max_rows, SWIGLU)) return gemm_skinny_stream<F, SWIGLU>(p, max_tiles, max_rows, stream);
-  return gemm_skinny_regs<F, SWIGLU>(p, max_tiles, max_rows, stream);
 }
 
 // y = SwiGLU of the split-K partials written by gemm_skinny<F, true> (see swiglu_reduce_kernel).

@@ -1,6 +1,6 @@
 // SPEC §3.4 block-scaled GEMMs on the GPU, the skinny side: the parameter types shared by the skinny kernels,
 // the register kernel (skinny_gemm_kernel) and the split-K reduces. gemm.cuh has the overview and the launchers
-// that pick a kernel; gemm_stream.cuh the kernel that streams the weights through shared memory.
+// that pick a kernel.
 //
 // Skinny ("swapped"): the weight rows are the mma's M side (16 per warp), the activation rows its N side (8 per
 // mma), operands straight from global/L1; grouped over a row-tile list for MoE; split-K over blockIdx.z.
@@ -104,8 +104,8 @@ __device__ __forceinline__ float swiglu_ref(float g, float u, float limit, const
 }
 
 // One warp: 16 weight rows x up to 8·NTM activation rows, a K range (split-K over blockIdx.z).
-// Weights and scales of U K blocks are loaded one step ahead of their use (bytes in flight); the activation
-// operands of the first two 8-row tiles too.
+// Weights and scales of 4 K blocks are loaded before use (bytes in flight); the activation operands
+// of the first two 8-row tiles too.
 template <WFmt F, bool SWIGLU, int NTM>
 __global__ void __launch_bounds__(128) skinny_gemm_kernel(const SkinnyParams p) {
   constexpr int U = NTM <= 2 ? 4 : 2, NTP = NTM < 2 ? NTM : 2;
@@ -161,53 +161,45 @@ __global__ void __launch_bounds__(128) skinny_gemm_kernel(const SkinnyParams p) 
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[j][c] = acc3[j][c] = 0.f;
 
-  // Up to 16 rows: two register stages, the loads of K blocks kb + U.. issued before the arithmetic of kb.. (twice
-  // the bytes in flight per warp); the arithmetic and its order are the same either way.
-  struct Stage {
+  for (int kb = kb0; kb < kb1; kb += U) {
     RawA<F> r1[U], r3[U];
     uint2 bx[NTP][U];
-    uint32_t e1a, e1b, e3a, e3b, ex0[NTM], ex1[NTM];
-  };
-  auto load = [&](Stage& s, int kb) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int k = min(kb + u, kb1 - 1);
-      s.r1[u] = load_raw<F>(w1g, w1g8, k, t);
-      if constexpr (SWIGLU) s.r3[u] = load_raw<F>(w3g, w3g8, k, t);
+      r1[u] = load_raw<F>(w1g, w1g8, k, t);
+      if constexpr (SWIGLU) r3[u] = load_raw<F>(w3g, w3g8, k, t);
 #pragma unroll
-      for (int j = 0; j < NTP; ++j) s.bx[j][u] = ldg_u2(p.xc + int64_t(xb[j]) * K + k * 32 + 8 * t);
+      for (int j = 0; j < NTP; ++j) bx[j][u] = ldg_u2(p.xc + int64_t(xb[j]) * K + k * 32 + 8 * t);
     }
-    s.e1a = ld_scale4(s1a, kb, kb1 - 1, vec4);
-    s.e1b = ld_scale4(s1b, kb, kb1 - 1, vec4);
-    s.e3a = s.e3b = 0;
-    if constexpr (SWIGLU) { s.e3a = ld_scale4(s3a, kb, kb1 - 1, vec4); s.e3b = ld_scale4(s3b, kb, kb1 - 1, vec4); }
+    const uint32_t e1a = ld_scale4(s1a, kb, kb1 - 1, vec4), e1b = ld_scale4(s1b, kb, kb1 - 1, vec4);
+    uint32_t e3a = 0, e3b = 0;
+    if constexpr (SWIGLU) { e3a = ld_scale4(s3a, kb, kb1 - 1, vec4); e3b = ld_scale4(s3b, kb, kb1 - 1, vec4); }
+    uint32_t ex0[NTM], ex1[NTM];
 #pragma unroll
     for (int j = 0; j < NTM; ++j) {
-      s.ex0[j] = s.ex1[j] = 0;
       if (j < nt) {
-        s.ex0[j] = ld_scale4(p.xe + int64_t(xs0[j]) * nkb, kb, kb1 - 1, vec4);
-        s.ex1[j] = ld_scale4(p.xe + int64_t(xs1[j]) * nkb, kb, kb1 - 1, vec4);
+        ex0[j] = ld_scale4(p.xe + int64_t(xs0[j]) * nkb, kb, kb1 - 1, vec4);
+        ex1[j] = ld_scale4(p.xe + int64_t(xs1[j]) * nkb, kb, kb1 - 1, vec4);
       }
     }
-  };
-  auto compute = [&](const Stage& s, int kb) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (kb + u >= kb1) break;
       uint32_t a[4], a3[4];
-      frag_a<F>(a, s.r1[u]);
-      const float sw0 = sbyte(s.e1a, u), sw1 = sbyte(s.e1b, u);
+      frag_a<F>(a, r1[u]);
+      const float sw0 = sbyte(e1a, u), sw1 = sbyte(e1b, u);
       float sw30 = 0.f, sw31 = 0.f;
       if constexpr (SWIGLU) {
-        frag_a<F>(a3, s.r3[u]);
-        sw30 = sbyte(s.e3a, u);
-        sw31 = sbyte(s.e3b, u);
+        frag_a<F>(a3, r3[u]);
+        sw30 = sbyte(e3a, u);
+        sw31 = sbyte(e3b, u);
       }
 #pragma unroll
       for (int j = 0; j < NTM; ++j) {
         if (j < nt) {
-          const uint2 b = j < NTP ? s.bx[j < NTP ? j : 0][u] : ldg_u2(p.xc + int64_t(xb[j]) * K + (kb + u) * 32 + 8 * t);
-          const float sx0 = sbyte(s.ex0[j], u), sx1 = sbyte(s.ex1[j], u);
+          const uint2 b = j < NTP ? bx[j < NTP ? j : 0][u] : ldg_u2(p.xc + int64_t(xb[j]) * K + (kb + u) * 32 + 8 * t);
+          const float sx0 = sbyte(ex0[j], u), sx1 = sbyte(ex1[j], u);
           float part[4];
           mma_e4m3_zero(part, a, b.x, b.y);
           acc[j][0] = fmaf(part[0], sw0 * sx0, acc[j][0]);
@@ -223,23 +215,6 @@ __global__ void __launch_bounds__(128) skinny_gemm_kernel(const SkinnyParams p) 
           }
         }
       }
-    }
-  };
-  if constexpr (NTM <= 2) {
-    Stage sa, sb;
-    if (kb0 < kb1) load(sa, kb0);
-    for (int kb = kb0; kb < kb1; kb += 2 * U) {
-      if (kb + U < kb1) load(sb, kb + U);
-      compute(sa, kb);
-      if (kb + U >= kb1) break;
-      if (kb + 2 * U < kb1) load(sa, kb + 2 * U);
-      compute(sb, kb + U);
-    }
-  } else {  // 64-row tiles: one stage (two would not fit in 255 registers)
-    for (int kb = kb0; kb < kb1; kb += U) {
-      Stage s;
-      load(s, kb);
-      compute(s, kb);
     }
   }
   // Epilogue: c0 (row g, act 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1).
@@ -293,22 +268,22 @@ __global__ void splitk_reduce_kernel(const float* __restrict__ partial, int kspl
 
 }  // namespace detail
 
-// The register kernel's launcher (the caller fills SkinnyParams; grid.x = max_tiles, or the dense row tiles).
+// Skinny / grouped GEMM (the caller fills SkinnyParams; grid.x = max_tiles, or the dense row tiles).
 // Grouped: max_rows bounds the rows of any tile (≤ 16 selects the 2-tile variant: fewer registers, more
 // warps per SM). Dense: 16-row tiles up to M = 64, 64-row tiles above. With ksplit > 1 the caller reduces p.partial (splitk_reduce / swiglu_reduce);
 // the SwiGLU kernel then writes 2·ksplit partial planes.
 template <WFmt F, bool SWIGLU>
-inline Status gemm_skinny_regs(const SkinnyParams& p, int max_tiles, int max_rows, cudaStream_t stream) {
-  if (p.N % 16 || p.K % 32 || p.N <= 0 || p.K <= 0 || p.ksplit < 1) return bad_arg("gemm_skinny_regs: N % 16 or K % 32");
-  if (p.ksplit > 1 && !p.partial) return bad_arg("gemm_skinny_regs: split-K needs p.partial");
+inline Status gemm_skinny(const SkinnyParams& p, int max_tiles, int max_rows, cudaStream_t stream) {
+  if (p.N % 16 || p.K % 32 || p.N <= 0 || p.K <= 0 || p.ksplit < 1) return bad_arg("gemm_skinny: N % 16 or K % 32");
+  if (p.ksplit > 1 && !p.partial) return bad_arg("gemm_skinny: split-K needs p.partial");
   const bool small = p.tiles ? max_rows <= 16 : p.M <= 64;  // dense: 16-row tiles up to 64 rows
   const int gx = p.tiles ? max_tiles : ceil_div(p.M, small ? 16 : 64);
   if (gx == 0) return Status::Ok();
-  if (ceil_div(p.N, 64) > 65535) return bad_arg("gemm_skinny_regs: N too large");
+  if (ceil_div(p.N, 64) > 65535) return bad_arg("gemm_skinny: N too large");
   dim3 grid(gx, ceil_div(p.N, 64), p.ksplit);
   if (small) detail::skinny_gemm_kernel<F, SWIGLU, 2><<<grid, 128, 0, stream>>>(p);
   else detail::skinny_gemm_kernel<F, SWIGLU, 8><<<grid, 128, 0, stream>>>(p);
-  return launch_status("gemm_skinny_regs");
+  return launch_status("gemm_skinny");
 }
 
 }  // namespace dsv41::gpu

@@ -7,6 +7,8 @@
 // those, the others stay zero, and the communicator sums the rows over ranks before the combine (every rank routes
 // the same inputs, so the rows are in the same order on every rank; one writer per row: exact).
 #pragma once
+#include <algorithm>
+
 #include <cub/device/device_histogram.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
@@ -29,6 +31,7 @@ struct MoeShape {
   float limit = 0.f;
   bool norm_topk = true;
   int e_begin = 0, e_end = -1;  // routed experts held (the weights' group 0 is e_begin); e_end −1: all E
+  int tile_rows = 0;            // rows per expert tile, 16..64 (0: 16, see moe_tile_rows)
 };
 
 struct MoeWeights {
@@ -63,7 +66,14 @@ struct MoeWork {
 
 namespace detail {
 
-constexpr int kMoeTile = 16;  // rows per expert tile (the skinny kernel's 2-tile variant)
+constexpr int kMoeTile = 16;  // the smallest expert tile (moe_max_tiles counts with it)
+// Rows per expert tile. The outputs are the same bits for any tile (each element's sum runs over K in the same
+// order). 16 unless forced: 64-row tiles read each expert's weights once per 64 rows instead of 16 but were slower
+// on the H200 at every prefill size (the register kernel at 64 rows keeps fewer warps per SM): MoE layer T=2048
+// 29.0 ms against 18.5 ms on 16-row tiles (bench/README.md, session 12). A wgmma grouped GEMM is the way out.
+inline int moe_tile_rows(const MoeShape& s) {
+  return s.tile_rows > 0 ? std::clamp(s.tile_rows, kMoeTile, 64) : kMoeTile;
+}
 inline int moe_max_tiles(const MoeShape& s) { return ceil_div(s.T * s.k, kMoeTile) + std::min(s.E, s.T * s.k); }
 inline int bits_for(int E) { int b = 1; while ((1 << b) < E) ++b; return b; }
 inline bool moe_route_fast(const MoeShape& s) { return s.E <= 1024 && s.k <= 8; }
@@ -266,29 +276,29 @@ __global__ void route_any_kernel(float* __restrict__ logits, const float* __rest
   }
 }
 
-// One block: tiles of ≤ kMoeTile rows per expert, in expert order. Thread i takes experts
+// One block: tiles of ≤ tile rows per expert, in expert order. Thread i takes experts
 // [i·per, (i+1)·per), per = ceil(E / THREADS): any E.
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) moe_tiles_kernel(const int* __restrict__ counts,
                                                             const int* __restrict__ offsets, int E,
                                                             RowTile* __restrict__ tiles, int* __restrict__ n_tiles,
-                                                            int held0 = 0, int held1 = 0x7fffffff) {
+                                                            int tile, int held0 = 0, int held1 = 0x7fffffff) {
   using Scan = cub::BlockScan<int, THREADS>;
   __shared__ typename Scan::TempStorage tmp;
   // thread i: experts [i·per, (i+1)·per) of the held range [held0, held1)
   const int h0 = max(held0, 0), h1 = min(held1, E), nh = max(h1 - h0, 0);
   const int per = (nh + THREADS - 1) / THREADS, e0 = h0 + int(threadIdx.x) * per, e1 = min(h1, e0 + per);
   int local = 0;
-  for (int e = e0; e < e1; ++e) local += (counts[e] + kMoeTile - 1) / kMoeTile;
+  for (int e = e0; e < e1; ++e) local += (counts[e] + tile - 1) / tile;
   int start, total;
   Scan(tmp).ExclusiveSum(local, start, total);
   for (int e = e0; e < e1; ++e) {
-    const int cnt = counts[e], nt = (cnt + kMoeTile - 1) / kMoeTile;
+    const int cnt = counts[e], nt = (cnt + tile - 1) / tile;
     for (int c = 0; c < nt; ++c) {
       RowTile rt;
       rt.group = e - h0;  // the weights' group: experts are packed from held0
-      rt.row0 = offsets[e] + kMoeTile * c;
-      rt.rows = min(kMoeTile, cnt - kMoeTile * c);
+      rt.row0 = offsets[e] + tile * c;
+      rt.rows = min(tile, cnt - tile * c);
       rt.pad = 0;
       tiles[start++] = rt;
     }
@@ -405,7 +415,9 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
                  "moe histogram");
   bytes = w.cub_scan_bytes;
   DSV41_CUDA_TRY(cub::DeviceScan::ExclusiveSum(w.cub_tmp, bytes, w.counts, w.offsets, s.E, stream), "moe scan");
-  detail::moe_tiles_kernel<256><<<1, 256, 0, stream>>>(w.counts, w.offsets, s.E, w.tiles, w.n_tiles, held0, held1);
+  const int tile = detail::moe_tile_rows(s);
+  detail::moe_tiles_kernel<256><<<1, 256, 0, stream>>>(w.counts, w.offsets, s.E, w.tiles, w.n_tiles, tile, held0,
+                                                       held1);
   DSV41_TRY(launch_status("moe tiles"));
   detail::moe_rows_kernel<<<ceil_div(P, 256), 256, 0, stream>>>(w.vals_sorted, w.wts, P, s.k, w.row_src, w.row_w,
                                                                  w.pos_of);
@@ -415,7 +427,7 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
   p1.w1 = W.w1; p1.w3 = W.w3; p1.N = s.I; p1.K = s.d; p1.xc = w.xc; p1.xe = w.xe;
   p1.row_src = w.row_src; p1.row_weight = w.row_w; p1.tiles = w.tiles; p1.n_tiles = w.n_tiles;
   p1.M = P; p1.y = w.h; p1.ldy = s.I; p1.limit = s.limit;
-  const int max_rows = detail::kMoeTile;
+  const int max_rows = tile;
   SkinnyParams p2;
   p2.w1 = W.w2; p2.N = s.d; p2.K = s.I; p2.xc = w.hc; p2.xe = w.he; p2.tiles = w.tiles; p2.n_tiles = w.n_tiles;
   p2.M = P; p2.y = w.ys; p2.ldy = s.d;
