@@ -19,6 +19,7 @@
 #include <dsv41/backend/cuda/kernels/moe.cuh>
 #include <dsv41/backend/cuda/kernels/quant.cuh>
 #include <dsv41/backend/cuda/kernels/rmsnorm.cuh>
+#include <dsv41/backend/cuda/wo_a_blas.hpp>
 
 #include "../tests/gpu/gpu_check.cuh"
 
@@ -163,13 +164,19 @@ inline Row bench_wo_a(int S, int kernel) {
   }
   DBuf<bf16_t> o(size_t(S) * G * gw), u(size_t(S) * G * R);
   fill(o.p, o.n, 99, 3);
-  const char* names[] = {"wo_a per output", "wo_a rows", "wo_a tiled f32"};
-  const char* notes[] = {"warp per output", S <= 16 ? "warp per 2 weight rows" : "warp per weight row", "gemm_f32"};
+  const char* names[] = {"wo_a per output", "wo_a rows", "wo_a tiled f32", "wo_a cuBLASLt"};
+  const char* notes[] = {"warp per output", S <= 16 ? "warp per 2 weight rows" : "warp per weight row", "gemm_f32",
+                         "dequantize to BF16 + G cuBLASLt GEMMs"};
+  gpu::BlasLt blas;
+  DBuf<bf16_t> wdeq(kernel == 3 ? size_t(G) * R * gw : 1);
+  if (kernel == 3) GT_OK(blas.init());
   Row r{names[kernel], "S=" + std::to_string(S) + " G=8 R=1024 gw=4096", 0, wbytes + xbytes + 2.0 * S * G * R,
         2.0 * S * G * R * gw, '-', notes[kernel]};
   r.us = median_us([&](int i) {
     const int s = i % ns;
-    if (kernel == 1) {
+    if (kernel == 3) {
+      GT_OK(gpu::wo_a_blas(blas, o.p, S, G, R, gw, w[s].p, ws[s].p, wdeq.p, u.p, nullptr));
+    } else if (kernel == 1) {
       GT_OK(gpu::glue::wo_a_rows(o.p, S, G, R, gw, w[s].p, ws[s].p, u.p, nullptr));
     } else if (kernel == 2) {
       gpu::GemmF32Params gp;

@@ -87,6 +87,10 @@ int main(int argc, char** argv) {
         rows.push_back(bench_wo_a(S, 1));
         if (S >= 32) rows.push_back(bench_wo_a(S, 2));
       }
+      for (int S : {128, 512, 2048}) {
+        rows.push_back(bench_wo_a(S, 2));
+        rows.push_back(bench_wo_a(S, 3));
+      }
     });
     run("attention", [&] { for (int R : {1, 4, 16, 64, 128, 2048}) rows.push_back(bench_attention(R)); });
     run("indexer", [&] {

@@ -12,6 +12,7 @@
 
 #include <dsv41/backend/cuda/kernels/gemm_f32.cuh>
 #include <dsv41/backend/cuda/kernels/glue.cuh>
+#include <dsv41/backend/cuda/wo_a_blas.hpp>
 
 using namespace dsv41;
 using namespace dsv41::gpu;
@@ -153,79 +154,118 @@ TEST_CASE("tiled FP32 GEMM equals the per-output kernels within the FP32 sum bou
   CHECK(checked == 5 * 1000 + 64 * 1030 + 37 * 130 + 64 * 1024 * 8 + 6 * 256 * 4 + 20 * 64 * 2);
 }
 
-// The grouped wo_a at few rows: one warp per two weight rows over all S rows (glue::wo_a_rows) against the
-// one-warp-per-output kernel. Both are FP32 FMA chains of exact products in different orders (bound as above),
-// each within one BF16 ulp of the exactly rounded sum's neighbourhood.
+// The grouped wo_a against the one-warp-per-output kernel (wo_a_kernel): at few rows the rows kernel (one warp per
+// two weight rows over all S rows, glue::wo_a_rows), above 64 rows the dequantized-BF16 cuBLASLt path (wo_a_blas).
+// All are FP32 sums of exact products in different orders. An FP32 FMA chain is within K·2⁻²⁴·Σ|a·w| of the exact
+// sum; the tensor cores may truncate where they align (one FP32 ulp, 2⁻²³, per accumulation step instead of half),
+// so the cuBLASLt path is held to K·2⁻²³·Σ|a·w| of the exact sum; each plus one BF16 ulp for the output rounding.
+namespace {
+struct WoACase {
+  int S, G, R, gw;
+};
+enum class WoAPath { rows, blas };
+int64_t wo_a_against_per_output(const WoACase& c, WoAPath path, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int rows_w = c.G * c.R, sb = (c.gw + 31) / 32;
+  std::vector<uint16_t> a(size_t(c.S) * c.G * c.gw);
+  std::vector<float> af(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = num::bf16_bits(nd(rng));
+    af[i] = num::bf16_to_f32(a[i]);
+  }
+  std::vector<uint8_t> w(size_t(rows_w) * c.gw), ws(size_t((rows_w + 31) / 32) * sb);
+  for (auto& s : ws) s = uint8_t(120 + rng() % 6);
+  std::vector<float> wf(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    uint8_t code = uint8_t(rng());
+    if ((code & 0x7F) == 0x7F) code ^= 1;  // no NaN codes
+    w[i] = code;
+    wf[i] = num::e4m3_to_f32(code) * num::ue8m0_to_f32(ws[(i / c.gw / 32) * sb + (i % c.gw) / 32]);
+  }
+  auto* dA = dev(a);
+  auto* dW = dev(w);
+  auto* dWs = dev(ws);
+  const size_t n_out = size_t(c.S) * rows_w;
+  bf16_t *b1 = nullptr, *b2 = nullptr, *wdeq = nullptr;
+  REQUIRE(cudaMalloc(&b1, n_out * 2) == cudaSuccess);
+  REQUIRE(cudaMalloc(&b2, n_out * 2) == cudaSuccess);
+  const auto* o = reinterpret_cast<const bf16_t*>(dA);
+  BlasLt blas;
+  if (path == WoAPath::rows) {
+    REQUIRE(glue::wo_a_rows(o, c.S, c.G, c.R, c.gw, dW, dWs, b1, nullptr).ok());
+  } else {
+    REQUIRE(blas.init().ok());
+    REQUIRE(cudaMalloc(&wdeq, size_t(rows_w) * c.gw * 2) == cudaSuccess);
+    REQUIRE(wo_a_blas(blas, o, c.S, c.G, c.R, c.gw, dW, dWs, wdeq, b1, nullptr).ok());
+  }
+  glue::wo_a_kernel<<<glue::blocks_for(int64_t(n_out) * 32), glue::kThreads>>>(o, c.S, c.G, c.R, c.gw, dW, dWs, b2);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  const auto h1 = host(reinterpret_cast<uint16_t*>(b1), n_out), h2 = host(reinterpret_cast<uint16_t*>(b2), n_out);
+  // The path's own error against the exact sum (u1 per accumulation), the per-output FMA chain's (2⁻²⁴ per step).
+  const double u1 = path == WoAPath::rows ? std::ldexp(1.0, -24) : std::ldexp(1.0, -23), u2 = std::ldexp(1.0, -24);
+  double worst = 0;
+  int64_t bad = 0, checked = 0;
+  for (int t = 0; t < c.S; ++t)
+    for (int n = 0; n < rows_w; ++n) {
+      const int g = n / c.R;
+      double mag = 0, exact = 0;
+      for (int i = 0; i < c.gw; ++i) {
+        const double p = double(af[(size_t(t) * c.G + g) * c.gw + i]) * wf[size_t(n) * c.gw + i];
+        mag += std::fabs(p);
+        exact += p;
+      }
+      const size_t k = size_t(t) * rows_w + n;
+      const float r1 = num::bf16_to_f32(h1[k]), r2 = num::bf16_to_f32(h2[k]);
+      const double ulp = std::ldexp(std::max({std::fabs(r1), std::fabs(r2), float(std::fabs(exact))}), -7);
+      const double bound = (u1 + u2) * c.gw * mag + ulp;
+      const double d = std::fabs(double(r1) - r2);
+      worst = std::max(worst, d / bound);
+      bad += d > bound || std::fabs(r1 - exact) > u1 * c.gw * mag + ulp;
+      ++checked;
+    }
+  INFO("wo_a " << (path == WoAPath::rows ? "rows" : "cuBLASLt") << " S " << c.S << " G " << c.G << " R " << c.R
+               << " gw " << c.gw);
+  CHECK(bad == 0);
+  std::printf("wo_a %s S %d G %d R %d gw %d: worst |d| / bound %.3f\n", path == WoAPath::rows ? "rows" : "cuBLASLt",
+              c.S, c.G, c.R, c.gw, worst);
+  cudaFree(dA);
+  cudaFree(dW);
+  cudaFree(dWs);
+  cudaFree(b1);
+  cudaFree(b2);
+  cudaFree(wdeq);
+  return checked;
+}
+}  // namespace
+
 TEST_CASE("wo_a rows kernel equals the per-output kernel within the FP32 sum bound", "[gpu][gemm_f32]") {
   std::mt19937 rng(12);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  struct Case {
-    int S, G, R, gw;
-  };
   int64_t checked = 0;
-  for (const Case c : {Case{1, 8, 1024, 4096}, Case{5, 8, 1024, 4096}, Case{16, 8, 1024, 4096}, Case{3, 4, 256, 512},
-                       Case{9, 2, 64, 144}, Case{33, 8, 1024, 4096}, Case{64, 4, 256, 512}, Case{20, 1, 63, 144}}) {
+  for (const WoACase c : {WoACase{1, 8, 1024, 4096}, WoACase{5, 8, 1024, 4096}, WoACase{16, 8, 1024, 4096},
+                          WoACase{3, 4, 256, 512}, WoACase{9, 2, 64, 144}, WoACase{33, 8, 1024, 4096},
+                          WoACase{64, 4, 256, 512}, WoACase{20, 1, 63, 144}}) {
     REQUIRE(glue::wo_a_rows_fits(c.S, c.G, c.R, c.gw));
-    const int rows_w = c.G * c.R, sb = (c.gw + 31) / 32;
-    std::vector<uint16_t> a(size_t(c.S) * c.G * c.gw);
-    std::vector<float> af(a.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-      a[i] = num::bf16_bits(nd(rng));
-      af[i] = num::bf16_to_f32(a[i]);
-    }
-    std::vector<uint8_t> w(size_t(rows_w) * c.gw), ws(size_t((rows_w + 31) / 32) * sb);
-    for (auto& s : ws) s = uint8_t(120 + rng() % 6);
-    std::vector<float> wf(w.size());
-    for (size_t i = 0; i < w.size(); ++i) {
-      uint8_t code = uint8_t(rng());
-      if ((code & 0x7F) == 0x7F) code ^= 1;  // no NaN codes
-      w[i] = code;
-      wf[i] = num::e4m3_to_f32(code) * num::ue8m0_to_f32(ws[(i / c.gw / 32) * sb + (i % c.gw) / 32]);
-    }
-    auto* dA = dev(a);
-    auto* dW = dev(w);
-    auto* dWs = dev(ws);
-    const size_t n_out = size_t(c.S) * rows_w;
-    bf16_t *b1 = nullptr, *b2 = nullptr;
-    REQUIRE(cudaMalloc(&b1, n_out * 2) == cudaSuccess);
-    REQUIRE(cudaMalloc(&b2, n_out * 2) == cudaSuccess);
-    const auto* o = reinterpret_cast<const bf16_t*>(dA);
-    REQUIRE(glue::wo_a_rows(o, c.S, c.G, c.R, c.gw, dW, dWs, b1, nullptr).ok());
-    glue::wo_a_kernel<<<glue::blocks_for(int64_t(n_out) * 32), glue::kThreads>>>(o, c.S, c.G, c.R, c.gw, dW, dWs, b2);
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    const auto h1 = host(reinterpret_cast<uint16_t*>(b1), n_out), h2 = host(reinterpret_cast<uint16_t*>(b2), n_out);
-    double worst = 0;
-    int64_t bad = 0;
-    for (int t = 0; t < c.S; ++t)
-      for (int n = 0; n < rows_w; ++n) {
-        const int g = n / c.R;
-        double mag = 0, exact = 0;
-        for (int i = 0; i < c.gw; ++i) {
-          const double p = double(af[(size_t(t) * c.G + g) * c.gw + i]) * wf[size_t(n) * c.gw + i];
-          mag += std::fabs(p);
-          exact += p;
-        }
-        const size_t k = size_t(t) * rows_w + n;
-        const float r1 = num::bf16_to_f32(h1[k]), r2 = num::bf16_to_f32(h2[k]);
-        const double ulp = std::ldexp(std::max({std::fabs(r1), std::fabs(r2), float(std::fabs(exact))}), -7);
-        const double bound = 2.0 * c.gw * std::ldexp(1.0, -24) * mag + ulp;
-        const double d = std::fabs(double(r1) - r2);
-        worst = std::max(worst, d / bound);
-        bad += d > bound || std::fabs(r1 - exact) > 1.0 * c.gw * std::ldexp(1.0, -24) * mag + ulp;
-        ++checked;
-      }
-    INFO("wo_a rows S " << c.S << " G " << c.G << " R " << c.R << " gw " << c.gw);
-    CHECK(bad == 0);
-    std::printf("wo_a rows S %d G %d R %d gw %d: worst |d| / bound %.3f\n", c.S, c.G, c.R, c.gw, worst);
-    cudaFree(dA);
-    cudaFree(dW);
-    cudaFree(dWs);
-    cudaFree(b1);
-    cudaFree(b2);
+    checked += wo_a_against_per_output(c, WoAPath::rows, rng);
   }
   CHECK(checked == 1 * 8192 + 5 * 8192 + 16 * 8192 + 3 * 1024 + 9 * 128 + 33 * 8192 + 64 * 1024 + 20 * 63);
   CHECK_FALSE(glue::wo_a_rows_fits(65, 8, 1024, 4096));
   CHECK_FALSE(glue::wo_a_rows_fits(4, 1, 63, 4096));  // two weight rows per warp up to 16 rows: G·R even
   CHECK_FALSE(glue::wo_a_rows_fits(4, 8, 1024, 4100));
   CHECK_FALSE(glue::wo_a_rows(nullptr, 0, 8, 1024, 4096, nullptr, nullptr, nullptr, nullptr).ok());
+}
+
+TEST_CASE("wo_a on cuBLASLt (dequantized BF16) equals the per-output kernel within the FP32 sum bound",
+          "[gpu][gemm_f32]") {
+  std::mt19937 rng(13);
+  int64_t checked = 0;
+  for (const WoACase c : {WoACase{72, 8, 1024, 4096}, WoACase{300, 4, 256, 512}, WoACase{130, 2, 64, 144},
+                          WoACase{65, 1, 1024, 4096}}) {
+    REQUIRE(wo_a_blas_fits(c.S, c.G, c.R, c.gw));
+    checked += wo_a_against_per_output(c, WoAPath::blas, rng);
+  }
+  CHECK(checked == 72 * 8192 + 300 * 1024 + 130 * 128 + 65 * 1024);
+  CHECK_FALSE(wo_a_blas_fits(100, 1, 63, 144));  // R % 8: the groups' output slices must be 16-byte aligned
+  CHECK_FALSE(wo_a_blas_fits(100, 8, 1024, 4104));
+  BlasLt none;
+  CHECK_FALSE(wo_a_blas(none, nullptr, 100, 8, 1024, 4096, nullptr, nullptr, nullptr, nullptr, nullptr).ok());
 }

@@ -40,7 +40,7 @@ else
   fi
   $NVCC $NVFLAGS -c bench/gpu_harness.cu -o $B/harness.o & pids+=($!)
   for p in "${pids[@]}"; do wait "$p"; done
-  $NVCC -gencode=arch=compute_90a,code=sm_90a $B/harness.o $B/ref_cpu.o -o $B/harness
+  $NVCC -gencode=arch=compute_90a,code=sm_90a $B/harness.o $B/ref_cpu.o -lcublasLt -o $B/harness
   echo "$ALL_STAMP" > $B/harness.stamp
   echo "harness: built in $(( $(date +%s) - t0 )) s"
 fi

@@ -91,6 +91,10 @@ class BlasLt {
       destroy(p);
       return s;
     }
+    if (plans_.size() >= kMaxPlans) {  // prefill chunks come in many row counts: keep the cache bounded
+      destroy(plans_.front());
+      plans_.erase(plans_.begin());
+    }
     plans_.push_back(p);
     out = &plans_.back();
     return Status::Ok();
@@ -152,6 +156,7 @@ class BlasLt {
   cublasLtHandle_t h_ = nullptr;
   void* ws_ = nullptr;
   size_t ws_bytes_ = 0;
+  static constexpr size_t kMaxPlans = 64;
   std::vector<Plan> plans_;  // pointers into it are used only within one call
 };
 

@@ -131,6 +131,24 @@ __global__ void __launch_bounds__(256) wo_a_rows_kernel(const bf16_t* __restrict
   }
 }
 
+// wo_a's weights as the reference applies them: E4M3 [G·R, gw] times UE8M0 per 32x32 block, in BF16 (exact: an E4M3
+// value has 4 significant bits and the scale is a power of two). Eight weights per thread; gw % 8 == 0.
+template <int = 0>
+__global__ void wo_a_dequant_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ ws, int64_t rows, int gw,
+                                    bf16_t* __restrict__ out) {
+  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
+  if (i >= rows * gw) return;
+  const int64_t n = i / gw;
+  const int k = int(i % gw), sb = (gw + 31) / 32;
+  const float sc = num::ue8m0_to_f32(ws[(n / 32) * sb + k / 32]);
+  const uint2 c = *reinterpret_cast<const uint2*>(w + i);
+  const uint32_t cw[2] = {c.x, c.y};
+  alignas(16) bf16_t v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = __float2bfloat16_rn(num::e4m3_to_f32(uint8_t(cw[j / 4] >> (8 * (j % 4)))) * sc);
+  *reinterpret_cast<uint4*>(out + i) = *reinterpret_cast<const uint4*>(v);
+}
+
 // wo_a_rows_kernel for S rows (1..64); false when the shape is not its own (gw % 16, G·R odd at 16 rows or
 // fewer): the caller then uses wo_a_kernel or the tiled FP32 GEMM.
 inline bool wo_a_rows_fits(int S, int G, int R, int gw) {
