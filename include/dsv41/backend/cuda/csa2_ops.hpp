@@ -13,6 +13,7 @@
 #include <dsv41/backend/cuda/kernels/attention.cuh>
 #include <dsv41/backend/cuda/kernels/indexer.cuh>
 #include <dsv41/backend/cuda/unit_ops.hpp>
+#include <dsv41/backend/cuda/wo_a_blas.hpp>
 #include <dsv41/blocks/backend_ops.hpp>
 #include <dsv41/blocks/kv_cache.hpp>
 
@@ -265,6 +266,10 @@ class Csa2Ops : public UnitOps {
     DSV41_TRY(sc.get(u, size_t(S) * G * R));
     if (glue::wo_a_rows_fits(S, G, R, gw)) {
       DSV41_TRY(glue::wo_a_rows(o, S, G, R, gw, w.wo_a.w, w.wo_a.s, u, stream_));
+    } else if (wo_a_blas_fits(S, G, R, gw) && blas_ready()) {
+      bf16_t* wdeq = nullptr;
+      DSV41_TRY(sc.get(wdeq, size_t(G) * R * gw));
+      DSV41_TRY(wo_a_blas(blas_, o, S, G, R, gw, w.wo_a.w, w.wo_a.s, wdeq, u, stream_));
     } else if (S >= kTiledRowsWoA && gemm_f32_ctas(S, s_.o_lora_rank, s_.o_groups) >= kTiledMinCtas) {
       GemmF32Params gp;
       gp.A = o;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <dsv41/backend/cuda/blaslt.hpp>
 #include <dsv41/backend/cuda/device_memory.hpp>
 #include <dsv41/backend/cuda/device_weights.hpp>
 #include <dsv41/backend/cuda/kernels/common.cuh>
@@ -103,9 +104,21 @@ class DeviceModel {
 
   Scratch scratch() const { return Scratch(pool_, stream_); }
 
+  // The cuBLASLt handle (wo_a at prefill, wo_a_blas.hpp), made on first use; never while the stream is being
+  // captured (its workspace allocation would break the capture). False where it cannot be made: the callers
+  // then take the tiled kernel, the same math.
+  bool blas_ready() const {
+    if (blas_.ready()) return true;
+    if (blas_failed_) return false;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream_, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return false;
+    blas_failed_ = !blas_.init().ok();
+    return !blas_failed_;
+  }
+
   // From this many rows on, the FP32-accumulating linears use the tiled kernel (gemm_f32.cuh); below, one warp
-  // per output streams each weight row once. wo_a takes the rows kernel up to 64 rows (glue::wo_a_rows) and this
-  // threshold only for shapes that kernel does not take.
+  // per output streams each weight row once. wo_a takes the rows kernel up to 64 rows (glue::wo_a_rows), cuBLASLt
+  // above (wo_a_blas), and this threshold only for shapes neither takes.
   // Below kTiledMinCtas tiles (narrow outputs: the ratio-2 compressor's 512 FP32 columns) the tiled kernel
   // leaves most of the GPU idle, and the warp kernel is used too.
   static constexpr int kTiledRows = 4, kTiledRowsWoA = 17, kTiledMinCtas = 128;
@@ -198,6 +211,8 @@ class DeviceModel {
   cudaMemPool_t pool_ = nullptr;
   DeviceArena wmem_;
   OpTimer* timer_ = nullptr;
+  mutable BlasLt blas_;  // used on stream_ only
+  mutable bool blas_failed_ = false;
   GlobalWeights w_;
   std::vector<DLayer> layers_;
 };
