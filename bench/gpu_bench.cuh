@@ -210,9 +210,10 @@ struct MoeBench {
     fill(gate.p, gate.n, seed++, 3, 0.02f);
     fill(bias.p, bias.n, seed++, 5, 0.1f);
   }
-  Row run(int T, int tile_rows = 0) {
+  Row run(int T, int tile_rows = 0, gpu::SkinnyKernel kernel = gpu::SkinnyKernel::automatic) {
     gpu::MoeShape sh{T, d, E, k, I, 1.5f, 10.f, true};
     sh.tile_rows = tile_rows;
+    sh.kernel = kernel;
     gpu::MoeWeights W;
     W.gate = gate.p; W.bias = bias.p;
     const int64_t gw = int64_t(I) * d / 2, gs = int64_t(I) * d / 32;
@@ -234,8 +235,9 @@ struct MoeBench {
     const double ebytes = 3.0 * I * d * (0.5 + 1.0 / 32), sbytes = 3.0 * I * d * (1.0 + 1.0 / 1024);
     Row r{"moe layer", "T=" + std::to_string(T) + " E=384 k=6 I=2304", 0,
           active * ebytes + sbytes + 2.0 * E * d + 4.0 * T * d, 2.0 * T * (k + 1) * 3.0 * I * d + 2.0 * T * E * d, '8',
-          std::to_string(active) + " experts hit, tiles of " + std::to_string(gpu::detail::moe_tile_rows(sh)) +
-              " rows" + (tile_rows ? " (forced)" : "")};
+          std::to_string(active) + " experts hit, " + (gpu::detail::moe_staged(sh) ? "staged" : "register") +
+              " kernel, tiles of " + std::to_string(gpu::detail::moe_tile_rows(sh)) + " rows" +
+              (tile_rows || kernel != gpu::SkinnyKernel::automatic ? " (forced)" : "")};
     r.us = median_us([&](int i) { GT_OK(gpu::moe(sh, W, x[i % ns].p, out.p, work.p, wsb, nullptr)); });
     return r;
   }

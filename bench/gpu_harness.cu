@@ -1,7 +1,7 @@
 // GPU harness for the device machine, where Catch2 is absent: runs every row of the op table
 // (tests/gpu/op_cases.cuh, the same rows as the Catch2 op suite, against the CPU reference linked from tests/gpu/ref_cpu.cpp), then
 // times the kernels at the released shapes and prints the table (bench/gpu_bench.cuh).
-// Usage: harness [--checks-only | --bench-only] [--only=op] [--md=FILE] [--mhc-t=T,T,...]
+// Usage: harness [--checks-only | --bench-only] [--only=op] [--md=FILE] [--mhc-t=T,T,...] [--moe-t=T,T,...]
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -15,19 +15,27 @@ int main(int argc, char** argv) {
   bool checks = true, bench = true;
   std::string only, md;
   std::vector<int> mhc_t{1, 4, 8, 64, 2048};  // token counts of the mhc bench (--mhc-t: e.g. one for ncu)
+  std::vector<int> moe_t;                     // --moe-t: only these token counts (automatic kernel) in the moe bench
+  auto counts = [](const char* q, std::vector<int>& out) {
+    out.clear();
+    while (*q) {
+      char* end = nullptr;
+      const long v = std::strtol(q, &end, 10);
+      if (end == q || v < 1 || v > 1 << 20) return false;
+      out.push_back(int(v));
+      q = *end == ',' ? end + 1 : end;
+    }
+    return !out.empty();
+  };
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--checks-only")) bench = false;
     else if (!std::strcmp(argv[i], "--bench-only")) checks = false;
     else if (!std::strncmp(argv[i], "--only=", 7)) only = argv[i] + 7;
     else if (!std::strncmp(argv[i], "--md=", 5)) md = argv[i] + 5;
-    else if (!std::strncmp(argv[i], "--mhc-t=", 8)) {
-      mhc_t.clear();
-      for (const char* q = argv[i] + 8; *q;) {
-        char* end = nullptr;
-        const long v = std::strtol(q, &end, 10);
-        if (end == q || v < 1) { std::printf("--mhc-t: positive token counts, comma-separated\n"); return 2; }
-        mhc_t.push_back(int(v));
-        q = *end == ',' ? end + 1 : end;
+    else if (!std::strncmp(argv[i], "--mhc-t=", 8) || !std::strncmp(argv[i], "--moe-t=", 8)) {
+      if (!counts(argv[i] + 8, argv[i][3] == 'h' ? mhc_t : moe_t)) {
+        std::printf("%.7s: positive token counts, comma-separated\n", argv[i]);
+        return 2;
       }
     }
   }
@@ -100,12 +108,19 @@ int main(int argc, char** argv) {
     run("mhc", [&] { for (int T : mhc_t) rows.push_back(bench_mhc(T)); });
     run("moe", [&] {
       MoeBench mb;
+      if (!moe_t.empty()) {
+        for (int T : moe_t) rows.push_back(mb.run(T));
+        return;
+      }
       rows.push_back(mb.run(1));
       rows.push_back(mb.run(8));
       rows.push_back(mb.run(64));
       rows.push_back(mb.run(2048));
-      for (int T : {512, 1024, 2048})
-        for (int tile : {16, 64}) rows.push_back(mb.run(T, tile));
+      rows.push_back(mb.run(4096));
+      for (int T : {128, 512, 1024, 2048}) {
+        rows.push_back(mb.run(T, 16, gpu::SkinnyKernel::registers));
+        for (int tile : {16, 32, 64}) rows.push_back(mb.run(T, tile, gpu::SkinnyKernel::staged));
+      }
     });
     std::printf("\n");
     print_rows(rows, stdout);

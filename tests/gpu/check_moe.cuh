@@ -60,11 +60,13 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
   GT_SYNC();
   const std::vector<uint16_t> out_bits = dout.download();
   const std::vector<float> out = from_bits(out_bits);
-  // The expert tiles of 16 and of 64 rows (MoeShape::tile_rows) give the same bits as the automatic choice.
+  // Expert tiles of 16, 32 and 64 rows (MoeShape::tile_rows) on the register and on the staged kernel
+  // (gemm_staged.cuh; its dense form for the shared expert too) give the same bits as the automatic choice.
   int tile_diff = 0;
-  for (int tile : {16, 64}) {
+  for (int variant = 0; variant < 6; ++variant) {
     gpu::MoeShape st = sh;
-    st.tile_rows = tile;
+    st.tile_rows = 16 << (variant % 3);
+    st.kernel = variant < 3 ? gpu::SkinnyKernel::registers : gpu::SkinnyKernel::staged;
     DBuf<uint8_t> work2(gpu::moe_workspace_bytes(st));
     DBuf<uint16_t> dout2(size_t(T) * d);
     dout2.poison();
@@ -116,12 +118,12 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
       c.add(out[size_t(t) * d + i], rv, 2 * bf16_ulp(rv) + std::ldexp(rms, -7));
     }
   }
-  char note[200];
+  char note[240];
   std::snprintf(note, sizeof note,
-                "routing: %lld/%d picks differ, max w rel err %.2g, max logit rel err %.2g; tiles of %d rows (auto), "
-                "16 and 64: %s",
-                (long long)sel_diff, P, w_rel, log_rel, gpu::detail::moe_tile_rows(sh),
-                tile_diff ? "NOT the same bits" : "the same bits");
+                "routing: %lld/%d picks differ, max w rel err %.2g, max logit rel err %.2g; auto: %s kernel, tiles of "
+                "%d rows; register and staged at 16/32/64: %s",
+                (long long)sel_diff, P, w_rel, log_rel, gpu::detail::moe_staged(sh) ? "staged" : "register",
+                gpu::detail::moe_tile_rows(sh), tile_diff ? "NOT the same bits" : "the same bits");
   c.r.note = note;
   return c.done(sel_diff == 0 && w_rel < 1e-5 && tile_diff == 0);
 }

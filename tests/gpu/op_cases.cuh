@@ -125,6 +125,7 @@ inline const std::vector<OpCase>& op_cases() {
       {"moe", "released decode, 1 token", [] { return check_moe({1, 5120, 384, 6, 2304}, 48); }},
       {"moe", "~10 rows per expert", [] { return check_moe({40, 256, 8, 2, 128}, 49); }},
       {"moe", "~50 rows per expert (several tiles per expert), d 1024", [] { return check_moe({200, 1024, 8, 2, 512}, 51); }},
+      {"moe", "~75 rows per expert on the staged kernel (T·k >= 512), d 256", [] { return check_moe({300, 256, 8, 2, 128}, 53); }},
       {"moe", "d 2592 (81 K blocks), I 544", [] { return check_moe({3, 2592, 32, 4, 544}, 50); }},
       {"moe", "odd d 96, I 96, k 9 of 12", [] { return check_moe({5, 96, 12, 9, 96}, 44); }},
       {"moe", "odd d 160, I 160", [] { return check_moe({7, 160, 8, 2, 160}, 45); }},

@@ -16,6 +16,7 @@
 
 #include <dsv41/backend/cuda/kernels/common.cuh>
 #include <dsv41/backend/cuda/kernels/gemm.cuh>
+#include <dsv41/backend/cuda/kernels/gemm_staged.cuh>
 #include <dsv41/backend/cuda/kernels/quant.cuh>
 #include <dsv41/parallel/communicator.hpp>
 
@@ -31,7 +32,8 @@ struct MoeShape {
   float limit = 0.f;
   bool norm_topk = true;
   int e_begin = 0, e_end = -1;  // routed experts held (the weights' group 0 is e_begin); e_end −1: all E
-  int tile_rows = 0;            // rows per expert tile, 16..64 (0: 16, see moe_tile_rows)
+  int tile_rows = 0;            // rows per expert tile, 16..64 (0: automatic, see moe_tile_rows)
+  SkinnyKernel kernel = SkinnyKernel::automatic;  // expert and shared-expert GEMMs (same bits either way)
 };
 
 struct MoeWeights {
@@ -67,12 +69,22 @@ struct MoeWork {
 namespace detail {
 
 constexpr int kMoeTile = 16;  // the smallest expert tile (moe_max_tiles counts with it)
+// From this many routed rows (T·k) on, the expert GEMMs take the staged kernel (gemm_staged.cuh), and the shared
+// expert from 65 tokens on.
+constexpr int kMoeStagedRows = 512;
+inline bool moe_staged(const MoeShape& s) {
+  return s.kernel == SkinnyKernel::staged || (s.kernel == SkinnyKernel::automatic && s.T * s.k >= kMoeStagedRows);
+}
 // Rows per expert tile. The outputs are the same bits for any tile (each element's sum runs over K in the same
-// order). 16 unless forced: 64-row tiles read each expert's weights once per 64 rows instead of 16 but were slower
-// on the H200 at every prefill size (the register kernel at 64 rows keeps fewer warps per SM): MoE layer T=2048
-// 29.0 ms against 18.5 ms on 16-row tiles (bench/README.md, session 12). A wgmma grouped GEMM is the way out.
+// order). The register kernel takes 16: 64-row tiles read each expert's weights once per 64 rows instead of 16 but
+// were slower on the H200 at every prefill size (it keeps fewer warps per SM at 64 rows): MoE layer T=2048 29.0 ms
+// against 18.5 ms on 16-row tiles (bench/README.md, session 12). The staged kernel takes the tile nearest the
+// mean rows per expert (16, 32 or 64).
 inline int moe_tile_rows(const MoeShape& s) {
-  return s.tile_rows > 0 ? std::clamp(s.tile_rows, kMoeTile, 64) : kMoeTile;
+  if (s.tile_rows > 0) return std::clamp(s.tile_rows, kMoeTile, 64);
+  if (!moe_staged(s)) return kMoeTile;
+  const int mean = s.T * s.k / std::max(1, s.E);
+  return mean >= 48 ? 64 : mean >= 24 ? 32 : kMoeTile;
 }
 inline int moe_max_tiles(const MoeShape& s) { return ceil_div(s.T * s.k, kMoeTile) + std::min(s.E, s.T * s.k); }
 inline int bits_for(int E) { int b = 1; while ((1 << b) < E) ++b; return b; }
@@ -431,10 +443,11 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
   SkinnyParams p2;
   p2.w1 = W.w2; p2.N = s.d; p2.K = s.I; p2.xc = w.hc; p2.xe = w.he; p2.tiles = w.tiles; p2.n_tiles = w.n_tiles;
   p2.M = P; p2.y = w.ys; p2.ldy = s.d;
-  DSV41_TRY((gemm_skinny<WFmt::FP4, true>(p1, w.max_tiles, max_rows, stream)));
+  const int min_rows = s.kernel == SkinnyKernel::automatic ? detail::kMoeStagedRows : 0;
+  DSV41_TRY((gemm_skinny_or_staged<WFmt::FP4, true>(p1, w.max_tiles, max_rows, s.kernel, min_rows, stream)));
   DSV41_TRY(act_quant_fp8(w.h, s.I, P, s.I, w.hc, w.he, nullptr, stream));
   if (comm) DSV41_CUDA_TRY(cudaMemsetAsync(w.ys, 0, size_t(P) * s.d * sizeof(bf16_t), stream), "moe rows");
-  DSV41_TRY((gemm_skinny<WFmt::FP4, false>(p2, w.max_tiles, max_rows, stream)));
+  DSV41_TRY((gemm_skinny_or_staged<WFmt::FP4, false>(p2, w.max_tiles, max_rows, s.kernel, min_rows, stream)));
   if (comm) DSV41_TRY(comm->all_reduce_sum(w.ys, size_t(P) * s.d, parallel::Elem::bf16, stream));
   // 4. shared expert (no routing weight).
   SkinnyParams q1;
@@ -445,7 +458,7 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
     q1.ksplit = ks;
     q1.partial = w.gemm_ws;
   }
-  DSV41_TRY((gemm_skinny<WFmt::FP8, true>(q1, 0, T, stream)));
+  DSV41_TRY((gemm_skinny_or_staged<WFmt::FP8, true>(q1, 0, T, s.kernel, 65, stream)));
   if (q1.ksplit > 1) DSV41_TRY(swiglu_splitk_reduce(q1, stream));
   DSV41_TRY(act_quant_fp8(w.hs, s.I, T, s.I, w.hsc, w.hse, nullptr, stream));
   DSV41_TRY(gemm_fp8(w.hsc, w.hse, T, W.s2.w, W.s2.s, s.d, s.I, w.sh, s.d, w.gemm_ws, w.gemm_ws_bytes, stream));

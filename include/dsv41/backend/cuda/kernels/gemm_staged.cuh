@@ -1,0 +1,233 @@
+// SPEC §3.4 block-scaled GEMMs on the GPU, the staged skinny kernel: the register kernel's math (skinny_gemm_kernel:
+// weight rows as the mma's M side, activation rows as its N side, one m16n8k32 E4M3 mma per 32-wide K block promoted
+// into FP32 times s_x·s_w) with both operands brought through shared memory by a 4-stage cp.async pipeline of
+// 128-wide K steps, so loads overlap the mma instead of each warp waiting on its own global loads. A CTA is 4 warps:
+// 64 weight rows x one row tile (16, 32 or 64 activation rows, gathered through row_src). Each output's sum runs
+// over the K blocks in the same order with the same operations as the register kernel: the same bits.
+// For prefill: grouped MoE expert tiles and dense rows above 64. No split-K.
+#pragma once
+#include <dsv41/backend/cuda/kernels/gemm_skinny.cuh>
+
+namespace dsv41::gpu {
+
+namespace detail {
+namespace staged {
+constexpr int THREADS = 128, BN = 64, KBS = 4, STAGES = 4;  // KBS: 32-wide K blocks per stage
+template <WFmt F>
+constexpr int wrow_bytes() { return F == WFmt::FP8 ? 128 : 64; }  // one weight row's bytes per stage
+template <WFmt F, bool SWIGLU, int NTM>
+struct Layout {
+  static constexpr int R = 8 * NTM, NW = SWIGLU ? 2 : 1;
+  static constexpr int W = BN * wrow_bytes<F>();           // per matrix
+  static constexpr int WS = F == WFmt::FP8 ? 16 : BN * 4;  // per matrix: FP8 2 block rows x 4 bytes (padded)
+  static constexpr int X = R * 128, XS = R * 4;
+  static constexpr int W_OFF = 0, WS_OFF = NW * W, X_OFF = NW * (W + WS), XS_OFF = X_OFF + X;
+  static constexpr int STAGE = XS_OFF + XS;
+  static constexpr int SMEM = STAGES * STAGE;
+};
+// 16-byte chunk c of smem row r: FP4 weight rows hold 4 chunks (one per K block), FP8 weight and activation rows 8.
+__device__ __forceinline__ int swz4(int r, int c) { return c ^ ((r >> 1) & 3); }
+__device__ __forceinline__ int swz8(int r, int c) { return c ^ (r & 7); }
+__device__ __forceinline__ uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ uint2 lds64(const uint8_t* p) { return *reinterpret_cast<const uint2*>(p); }
+}  // namespace staged
+
+template <WFmt F, bool SWIGLU, int NTM>
+__global__ void __launch_bounds__(staged::THREADS) staged_gemm_kernel(const SkinnyParams p) {
+  using L = staged::Layout<F, SWIGLU, NTM>;
+  using staged::BN;
+  using staged::KBS;
+  using staged::STAGES;
+  constexpr int WB = staged::wrow_bytes<F>(), CPR = WB / 16;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  int group = 0, row0, rows;
+  if (p.tiles) {
+    if (int(blockIdx.x) >= *p.n_tiles) return;
+    const RowTile rt = p.tiles[blockIdx.x];
+    group = rt.group; row0 = rt.row0; rows = rt.rows;
+  } else {
+    row0 = blockIdx.x * L::R;
+    rows = min(L::R, p.M - row0);
+  }
+  const int K = p.K, nkb = K / 32, nst = nkb / KBS;
+  const int nb0 = blockIdx.y * BN;
+  const int64_t wrow = F == WFmt::FP8 ? K : K / 2;
+  const uint8_t* wsrc[2] = {p.w1.w + p.w1.group_w * group + int64_t(nb0) * wrow,
+                            SWIGLU ? p.w3.w + p.w3.group_w * group + int64_t(nb0) * wrow : nullptr};
+  const uint8_t* ssrc[2] = {p.w1.s + p.w1.group_s * group, SWIGLU ? p.w3.s + p.w3.group_s * group : nullptr};
+  auto src_row = [&](int r) {
+    r = min(r, rows - 1);
+    return p.row_src ? p.row_src[row0 + r] : row0 + r;
+  };
+  // This thread's activation rows to copy: chunk tasks i = tid + 128q (row i / 8), scale task tid (row tid).
+  constexpr int XT = L::R * 8 / staged::THREADS;
+  const uint8_t* xrow[XT];
+#pragma unroll
+  for (int q = 0; q < XT; ++q) xrow[q] = p.xc + int64_t(src_row((tid + staged::THREADS * q) >> 3)) * K;
+  const uint8_t* xsrow = tid < L::R ? p.xe + int64_t(src_row(tid)) * nkb : nullptr;
+
+  auto load_stage = [&](int st, int buf) {
+    uint8_t* base = smem + buf * L::STAGE;
+#pragma unroll
+    for (int m = 0; m < L::NW; ++m) {
+      uint8_t* wd = base + L::W_OFF + m * L::W;
+#pragma unroll
+      for (int q = 0; q < BN * CPR / staged::THREADS; ++q) {
+        const int i = tid + staged::THREADS * q, r = i / CPR, c = i % CPR;
+        const int pc = CPR == 4 ? staged::swz4(r, c) : staged::swz8(r, c);
+        cp_async16(wd + r * WB + pc * 16, wsrc[m] + int64_t(r) * wrow + int64_t(st) * WB + c * 16);
+      }
+      uint8_t* sd = base + L::WS_OFF + m * L::WS;
+      if constexpr (F == WFmt::FP4) {
+        if (tid < BN) cp_async4(sd + tid * 4, ssrc[m] + int64_t(nb0 + tid) * nkb + st * KBS);
+      } else {
+        if (tid < 2) cp_async4(sd + tid * 4, ssrc[m] + int64_t(nb0 / 32 + tid) * nkb + st * KBS);
+      }
+    }
+    uint8_t* xd = base + L::X_OFF;
+#pragma unroll
+    for (int q = 0; q < XT; ++q) {
+      const int i = tid + staged::THREADS * q, r = i >> 3, c = i & 7;
+      cp_async16(xd + r * 128 + staged::swz8(r, c) * 16, xrow[q] + int64_t(st) * 128 + c * 16);
+    }
+    if (tid < L::R) cp_async4(base + L::XS_OFF + tid * 4, xsrow + st * KBS);
+  };
+
+  float acc[NTM][4], acc3[NTM][4];
+#pragma unroll
+  for (int j = 0; j < NTM; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[j][c] = acc3[j][c] = 0.f;
+  const int nt = (rows + 7) / 8;
+  const int rg = 16 * warp + g, rg8 = rg + 8;  // this thread's weight rows in the CTA's 64
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < nst) load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int st = 0; st < nst; ++st) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    if (st + STAGES - 1 < nst) load_stage(st + STAGES - 1, (st + STAGES - 1) % STAGES);
+    cp_async_commit();
+    const uint8_t* base = smem + (st % STAGES) * L::STAGE;
+    const uint8_t* X = base + L::X_OFF;
+    const uint8_t* XS = base + L::XS_OFF;
+#pragma unroll
+    for (int u = 0; u < KBS; ++u) {
+      uint32_t a[2][4];
+      float sw[2][2];
+#pragma unroll
+      for (int m = 0; m < L::NW; ++m) {
+        const uint8_t* W = base + L::W_OFF + m * L::W;
+        const uint8_t* WS = base + L::WS_OFF + m * L::WS;
+        if constexpr (F == WFmt::FP8) {
+          const int c = 2 * u + (t >> 1), o = 8 * (t & 1);
+          const uint2 x0 = staged::lds64(W + rg * WB + staged::swz8(rg, c) * 16 + o);
+          const uint2 x8 = staged::lds64(W + rg8 * WB + staged::swz8(rg8, c) * 16 + o);
+          a[m][0] = x0.x; a[m][1] = x8.x; a[m][2] = x0.y; a[m][3] = x8.y;
+          sw[m][0] = sw[m][1] = ue8m0_f(WS[(warp >> 1) * 4 + u]);
+        } else {
+          const uint32_t r0 = staged::lds32(W + rg * WB + staged::swz4(rg, u) * 16 + 4 * t);
+          const uint32_t r8 = staged::lds32(W + rg8 * WB + staged::swz4(rg8, u) * 16 + 4 * t);
+          a[m][0] = e2m1x4_to_e4m3x4(r0 & 0xFFFFu); a[m][2] = e2m1x4_to_e4m3x4(r0 >> 16);
+          a[m][1] = e2m1x4_to_e4m3x4(r8 & 0xFFFFu); a[m][3] = e2m1x4_to_e4m3x4(r8 >> 16);
+          sw[m][0] = ue8m0_f(WS[rg * 4 + u]);
+          sw[m][1] = ue8m0_f(WS[rg8 * 4 + u]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < NTM; ++j) {
+        if (j < nt) {
+          const int xr = 8 * j + g;
+          const uint2 b = staged::lds64(X + xr * 128 + staged::swz8(xr, 2 * u + (t >> 1)) * 16 + 8 * (t & 1));
+          const float sx0 = ue8m0_f(XS[(8 * j + 2 * t) * 4 + u]), sx1 = ue8m0_f(XS[(8 * j + 2 * t + 1) * 4 + u]);
+          float part[4];
+          mma_e4m3_zero(part, a[0], b.x, b.y);
+          acc[j][0] = fmaf(part[0], sw[0][0] * sx0, acc[j][0]);
+          acc[j][1] = fmaf(part[1], sw[0][0] * sx1, acc[j][1]);
+          acc[j][2] = fmaf(part[2], sw[0][1] * sx0, acc[j][2]);
+          acc[j][3] = fmaf(part[3], sw[0][1] * sx1, acc[j][3]);
+          if constexpr (SWIGLU) {
+            mma_e4m3_zero(part, a[1], b.x, b.y);
+            acc3[j][0] = fmaf(part[0], sw[1][0] * sx0, acc3[j][0]);
+            acc3[j][1] = fmaf(part[1], sw[1][0] * sx1, acc3[j][1]);
+            acc3[j][2] = fmaf(part[2], sw[1][1] * sx0, acc3[j][2]);
+            acc3[j][3] = fmaf(part[3], sw[1][1] * sx1, acc3[j][3]);
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  // Epilogue as the register kernel's: c0 (row g, act 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1).
+#pragma unroll
+  for (int j = 0; j < NTM; ++j) {
+    if (j >= nt) continue;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int r = 8 * j + 2 * t + (c & 1);
+      if (r >= rows) continue;
+      const int64_t pr = row0 + r;
+      const int n = nb0 + rg + 8 * (c >> 1);
+      if constexpr (SWIGLU) {
+        const float v = swiglu_ref(acc[j][c], acc3[j][c], p.limit, p.row_weight ? p.row_weight + pr : nullptr);
+        p.y[pr * p.ldy + n] = __float2bfloat16_rn(v);
+      } else {
+        p.y[pr * p.ldy + n] = __float2bfloat16_rn(acc[j][c]);
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+// Whether the staged kernel takes this call: N % 64, K % 128, no split-K, and the alignments its 16- and 4-byte
+// copies need (weights, their group strides, activation rows).
+inline bool gemm_staged_fits(const SkinnyParams& p) {
+  auto al = [](const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; };
+  return p.N > 0 && p.N % 64 == 0 && p.K % 128 == 0 && p.ksplit == 1 && al(p.w1.w, 16) && al(p.w1.s, 4) &&
+         p.w1.group_w % 16 == 0 && p.w1.group_s % 4 == 0 && (!p.w3.w || (al(p.w3.w, 16) && al(p.w3.s, 4) &&
+         p.w3.group_w % 16 == 0 && p.w3.group_s % 4 == 0)) && al(p.xc, 16) && al(p.xe, 4);
+}
+
+// The staged kernel over row tiles of at most max_rows (16, 32 or 64 rows: NTM 2, 4, 8; dense: 64-row tiles).
+template <WFmt F, bool SWIGLU>
+inline Status gemm_staged(const SkinnyParams& p, int max_tiles, int max_rows, cudaStream_t stream) {
+  if (!gemm_staged_fits(p)) return bad_arg("gemm_staged: N % 64, K % 128, no split-K, aligned operands");
+  if (SWIGLU && !p.w3.w) return bad_arg("gemm_staged: SwiGLU needs w3");
+  const int ntm = p.tiles ? (max_rows <= 16 ? 2 : max_rows <= 32 ? 4 : 8) : 8;
+  if (p.tiles && max_rows > 64) return bad_arg("gemm_staged: tiles of at most 64 rows");
+  const int gx = p.tiles ? max_tiles : ceil_div(p.M, 64);
+  if (gx == 0 || p.M == 0) return Status::Ok();
+  if (p.N / 64 > 65535) return bad_arg("gemm_staged: N too large");
+  const dim3 grid(gx, p.N / 64);
+  auto go = [&](auto kernel, int smem) -> Status {
+    if (smem > 48 * 1024)
+      DSV41_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                     "gemm_staged: smem attribute");
+    kernel<<<grid, detail::staged::THREADS, smem, stream>>>(p);
+    return launch_status("gemm_staged");
+  };
+  using detail::staged_gemm_kernel;
+  using detail::staged::Layout;
+  if (ntm == 2) return go(staged_gemm_kernel<F, SWIGLU, 2>, Layout<F, SWIGLU, 2>::SMEM);
+  if (ntm == 4) return go(staged_gemm_kernel<F, SWIGLU, 4>, Layout<F, SWIGLU, 4>::SMEM);
+  return go(staged_gemm_kernel<F, SWIGLU, 8>, Layout<F, SWIGLU, 8>::SMEM);
+}
+
+// Which kernel a grouped or dense prefill GEMM takes: the register kernel (gemm_skinny), the staged one, or the
+// staged one where it fits and the call has at least min_rows rows (auto). Both give the same bits.
+enum class SkinnyKernel : int { automatic = 0, registers = 1, staged = 2 };
+template <WFmt F, bool SWIGLU>
+inline Status gemm_skinny_or_staged(const SkinnyParams& p, int max_tiles, int max_rows, SkinnyKernel k, int min_rows,
+                                    cudaStream_t stream) {
+  const bool staged = k != SkinnyKernel::registers && gemm_staged_fits(p) && (!p.tiles || max_rows <= 64) &&
+                      (k == SkinnyKernel::staged || p.M >= min_rows);
+  if (staged) return gemm_staged<F, SWIGLU>(p, max_tiles, max_rows, stream);
+  return gemm_skinny<F, SWIGLU>(p, max_tiles, max_rows, stream);
+}
+
+}  // namespace dsv41::gpu
