@@ -61,14 +61,23 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// 4 E2M1 nibbles (bits 4i..4i+3 of w, i = 0..3) -> 4 E4M3 bytes (exact: every E2M1 value is an E4M3 value).
+// prmt.b32 in its generic form: byte n of the result is byte c[4n+2:4n] of {b, a}, or, where c[4n+3] is set, that
+// byte's sign bit replicated over all 8 bits.
+__device__ __forceinline__ uint32_t prmt_b32(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// 4 E2M1 nibbles (bits 4i..4i+3 of w, i = 0..3; the upper 16 bits are ignored) -> 4 E4M3 bytes (exact: every E2M1
+// value is an E4M3 value). Five integer instructions: the magnitude from a table, the sign through prmt's sign mode
+// (a negative code's nibble has bit 3 set, which turns the selected 0x7F into 0x00), shifted into bit 7.
 __device__ __forceinline__ uint32_t e2m1x4_to_e4m3x4(uint32_t w) {
   // E4M3 codes of the magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6}: 0x00 0x30 0x38 0x3C 0x40 0x44 0x48 0x4C.
   constexpr uint32_t lut_lo = 0x3C383000u, lut_hi = 0x4C484440u;
-  const uint32_t mag = __byte_perm(lut_lo, lut_hi, w & 0x7777u);
-  // sign of nibble i (bit 4i+3) -> bit 8i+7
-  const uint32_t s = ((w & 0x8u) << 4) | ((w & 0x80u) << 8) | ((w & 0x800u) << 12) | ((w & 0x8000u) << 16);
-  return mag | s;
+  const uint32_t mag = prmt_b32(lut_lo, lut_hi, w & 0x7777u);
+  const uint32_t pos = prmt_b32(0x7F7F7F7Fu, 0x7F7F7F7Fu, w);  // 0x7F where the code is positive, 0x00 where negative
+  return mag | (~(pos << 1) & 0x80808080u);
 }
 
 // mma.sync m16n8k32 E4M3 x E4M3 -> FP32, C = 0.

@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(staged::THREADS) staged_gemm_kernel(const Skin
   using staged::KBS;
   using staged::STAGES;
   constexpr int WB = staged::wrow_bytes<F>(), CPR = WB / 16;
-  extern __shared__ __align__(16) uint8_t smem[];
+  extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   int group = 0, row0, rows;
   if (p.tiles) {
@@ -100,7 +100,18 @@ __global__ void __launch_bounds__(staged::THREADS) staged_gemm_kernel(const Skin
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[j][c] = acc3[j][c] = 0.f;
   const int nt = (rows + 7) / 8;
-  const int rg = 16 * warp + g, rg8 = rg + 8;  // this thread's weight rows in the CTA's 64
+  const int rg = 16 * warp + g;  // this thread's weight rows in the CTA's 64: rg and rg + 8 (the same swizzle)
+  // Byte offsets in a stage of this thread's fragments at K block u; weight row rg + 8, the second matrix and
+  // activation tile j are fixed offsets from them (8·WB, L::W, j·1024). 2u + (t >> 1) = 2u ^ (t >> 1).
+  const int kx = (t >> 1) ^ g;
+  int woff[KBS], xoff[KBS];
+#pragma unroll
+  for (int u = 0; u < KBS; ++u) {
+    woff[u] = F == WFmt::FP8 ? L::W_OFF + rg * WB + (((2 * u) ^ kx) << 4) + 8 * (t & 1)
+                             : L::W_OFF + rg * WB + ((u ^ ((g >> 1) & 3)) << 4) + 4 * t;
+    xoff[u] = L::X_OFF + g * 128 + (((2 * u) ^ kx) << 4) + 8 * (t & 1);
+  }
+  const int wsoff = L::WS_OFF + (F == WFmt::FP8 ? (warp >> 1) * 4 : rg * 4), xsoff = L::XS_OFF + 8 * t;
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
@@ -113,37 +124,33 @@ __global__ void __launch_bounds__(staged::THREADS) staged_gemm_kernel(const Skin
     if (st + STAGES - 1 < nst) load_stage(st + STAGES - 1, (st + STAGES - 1) % STAGES);
     cp_async_commit();
     const uint8_t* base = smem + (st % STAGES) * L::STAGE;
-    const uint8_t* X = base + L::X_OFF;
-    const uint8_t* XS = base + L::XS_OFF;
 #pragma unroll
     for (int u = 0; u < KBS; ++u) {
       uint32_t a[2][4];
       float sw[2][2];
 #pragma unroll
       for (int m = 0; m < L::NW; ++m) {
-        const uint8_t* W = base + L::W_OFF + m * L::W;
-        const uint8_t* WS = base + L::WS_OFF + m * L::WS;
+        const uint8_t* W = base + woff[u] + m * L::W;
+        const uint8_t* WS = base + wsoff + m * L::WS + u;
         if constexpr (F == WFmt::FP8) {
-          const int c = 2 * u + (t >> 1), o = 8 * (t & 1);
-          const uint2 x0 = staged::lds64(W + rg * WB + staged::swz8(rg, c) * 16 + o);
-          const uint2 x8 = staged::lds64(W + rg8 * WB + staged::swz8(rg8, c) * 16 + o);
+          const uint2 x0 = staged::lds64(W), x8 = staged::lds64(W + 8 * WB);
           a[m][0] = x0.x; a[m][1] = x8.x; a[m][2] = x0.y; a[m][3] = x8.y;
-          sw[m][0] = sw[m][1] = ue8m0_f(WS[(warp >> 1) * 4 + u]);
+          sw[m][0] = sw[m][1] = ue8m0_f(WS[0]);
         } else {
-          const uint32_t r0 = staged::lds32(W + rg * WB + staged::swz4(rg, u) * 16 + 4 * t);
-          const uint32_t r8 = staged::lds32(W + rg8 * WB + staged::swz4(rg8, u) * 16 + 4 * t);
-          a[m][0] = e2m1x4_to_e4m3x4(r0 & 0xFFFFu); a[m][2] = e2m1x4_to_e4m3x4(r0 >> 16);
-          a[m][1] = e2m1x4_to_e4m3x4(r8 & 0xFFFFu); a[m][3] = e2m1x4_to_e4m3x4(r8 >> 16);
-          sw[m][0] = ue8m0_f(WS[rg * 4 + u]);
-          sw[m][1] = ue8m0_f(WS[rg8 * 4 + u]);
+          const uint32_t r0 = staged::lds32(W), r8 = staged::lds32(W + 8 * WB);
+          a[m][0] = e2m1x4_to_e4m3x4(r0); a[m][2] = e2m1x4_to_e4m3x4(r0 >> 16);
+          a[m][1] = e2m1x4_to_e4m3x4(r8); a[m][3] = e2m1x4_to_e4m3x4(r8 >> 16);
+          sw[m][0] = ue8m0_f(WS[0]);
+          sw[m][1] = ue8m0_f(WS[32]);  // row rg + 8
         }
       }
+      const uint8_t* X = base + xoff[u];
+      const uint8_t* XS = base + xsoff + u;
 #pragma unroll
       for (int j = 0; j < NTM; ++j) {
         if (j < nt) {
-          const int xr = 8 * j + g;
-          const uint2 b = staged::lds64(X + xr * 128 + staged::swz8(xr, 2 * u + (t >> 1)) * 16 + 8 * (t & 1));
-          const float sx0 = ue8m0_f(XS[(8 * j + 2 * t) * 4 + u]), sx1 = ue8m0_f(XS[(8 * j + 2 * t + 1) * 4 + u]);
+          const uint2 b = staged::lds64(X + j * 1024);
+          const float sx0 = ue8m0_f(XS[32 * j]), sx1 = ue8m0_f(XS[32 * j + 4]);
           float part[4];
           mma_e4m3_zero(part, a[0], b.x, b.y);
           acc[j][0] = fmaf(part[0], sw[0][0] * sx0, acc[j][0]);
