@@ -89,6 +89,16 @@ __device__ __forceinline__ uint32_t ld_scale4(const uint8_t* row, int kb, int kb
 }
 __device__ __forceinline__ float sbyte(uint32_t w, int i) { return ue8m0_f((w >> (8 * i)) & 0xFFu); }
 
+// One m16n8 tile's K-block partial promoted into FP32: acc += part · (s_w · s_x), the scales powers of two (exact).
+// c0 (weight row g, activation 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1).
+__device__ __forceinline__ void promote(float (&acc)[4], const float (&part)[4], float sw0, float sw1, float sx0,
+                                        float sx1) {
+  acc[0] = fmaf(part[0], sw0 * sx0, acc[0]);
+  acc[1] = fmaf(part[1], sw0 * sx1, acc[1]);
+  acc[2] = fmaf(part[2], sw1 * sx0, acc[2]);
+  acc[3] = fmaf(part[3], sw1 * sx1, acc[3]);
+}
+
 __device__ __forceinline__ float silu_ref(float x) { return __fdiv_rn(x, __fadd_rn(1.f, expf(-x))); }
 // The SwiGLU output of one element from its FP32 sums g (w1) and u (w3): bf16(g), bf16(u), clamped to the limit
 // (0: none), silu(g)·u, times the row's routing weight w (1 when there is none: skipped), as cpu::moe.
@@ -202,16 +212,10 @@ __global__ void __launch_bounds__(128) skinny_gemm_kernel(const SkinnyParams p) 
           const float sx0 = sbyte(ex0[j], u), sx1 = sbyte(ex1[j], u);
           float part[4];
           mma_e4m3_zero(part, a, b.x, b.y);
-          acc[j][0] = fmaf(part[0], sw0 * sx0, acc[j][0]);
-          acc[j][1] = fmaf(part[1], sw0 * sx1, acc[j][1]);
-          acc[j][2] = fmaf(part[2], sw1 * sx0, acc[j][2]);
-          acc[j][3] = fmaf(part[3], sw1 * sx1, acc[j][3]);
+          promote(acc[j], part, sw0, sw1, sx0, sx1);
           if constexpr (SWIGLU) {
             mma_e4m3_zero(part, a3, b.x, b.y);
-            acc3[j][0] = fmaf(part[0], sw30 * sx0, acc3[j][0]);
-            acc3[j][1] = fmaf(part[1], sw30 * sx1, acc3[j][1]);
-            acc3[j][2] = fmaf(part[2], sw31 * sx0, acc3[j][2]);
-            acc3[j][3] = fmaf(part[3], sw31 * sx1, acc3[j][3]);
+            promote(acc3[j], part, sw30, sw31, sx0, sx1);
           }
         }
       }

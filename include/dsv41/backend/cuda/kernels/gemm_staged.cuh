@@ -153,16 +153,10 @@ __global__ void __launch_bounds__(staged::THREADS) staged_gemm_kernel(const Skin
           const float sx0 = ue8m0_f(XS[32 * j]), sx1 = ue8m0_f(XS[32 * j + 4]);
           float part[4];
           mma_e4m3_zero(part, a[0], b.x, b.y);
-          acc[j][0] = fmaf(part[0], sw[0][0] * sx0, acc[j][0]);
-          acc[j][1] = fmaf(part[1], sw[0][0] * sx1, acc[j][1]);
-          acc[j][2] = fmaf(part[2], sw[0][1] * sx0, acc[j][2]);
-          acc[j][3] = fmaf(part[3], sw[0][1] * sx1, acc[j][3]);
+          promote(acc[j], part, sw[0][0], sw[0][1], sx0, sx1);
           if constexpr (SWIGLU) {
             mma_e4m3_zero(part, a[1], b.x, b.y);
-            acc3[j][0] = fmaf(part[0], sw[1][0] * sx0, acc3[j][0]);
-            acc3[j][1] = fmaf(part[1], sw[1][0] * sx1, acc3[j][1]);
-            acc3[j][2] = fmaf(part[2], sw[1][1] * sx0, acc3[j][2]);
-            acc3[j][3] = fmaf(part[3], sw[1][1] * sx1, acc3[j][3]);
+            promote(acc3[j], part, sw[1][0], sw[1][1], sx0, sx1);
           }
         }
       }
