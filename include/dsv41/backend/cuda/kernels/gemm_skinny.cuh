@@ -113,6 +113,34 @@ __device__ __forceinline__ float swiglu_ref(float g, float u, float limit, const
   return v;
 }
 
+// The epilogue of both skinny kernels: this thread's outputs of the row tile (NTM 8-row tiles, nt of them used),
+// weight rows n_g and n_g + 8: c0 (row n_g, activation 2t), c1 (n_g, 2t+1), c2 (n_g+8, 2t), c3 (n_g+8, 2t+1).
+// SPLIT: with p.ksplit > 1, FP32 partials (the w3 partials after the w1 ones) instead of the outputs.
+template <bool SWIGLU, bool SPLIT, int NTM>
+__device__ __forceinline__ void store_tiles(const SkinnyParams& p, const float (&acc)[NTM][4], const float (&acc3)[NTM][4],
+                                            int nt, int rows, int row0, int n_g, int t) {
+#pragma unroll
+  for (int j = 0; j < NTM; ++j) {
+    if (j >= nt) continue;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int r = 8 * j + 2 * t + (c & 1);
+      if (r >= rows) continue;
+      const int64_t pr = row0 + r;
+      const int n = n_g + 8 * (c >> 1);
+      if (SPLIT && p.ksplit > 1) {
+        p.partial[(int64_t(blockIdx.z) * p.M + pr) * p.N + n] = acc[j][c];
+        if constexpr (SWIGLU) p.partial[(int64_t(p.ksplit + blockIdx.z) * p.M + pr) * p.N + n] = acc3[j][c];
+      } else if constexpr (SWIGLU) {
+        const float v = swiglu_ref(acc[j][c], acc3[j][c], p.limit, p.row_weight ? p.row_weight + pr : nullptr);
+        p.y[pr * p.ldy + n] = __float2bfloat16_rn(v);
+      } else {
+        p.y[pr * p.ldy + n] = __float2bfloat16_rn(acc[j][c]);
+      }
+    }
+  }
+}
+
 // One warp: 16 weight rows x up to 8·NTM activation rows, a K range (split-K over blockIdx.z).
 // Weights and scales of 4 K blocks are loaded before use (bytes in flight); the activation operands
 // of the first two 8-row tiles too.
@@ -221,27 +249,7 @@ __global__ void __launch_bounds__(128) skinny_gemm_kernel(const SkinnyParams p) 
       }
     }
   }
-  // Epilogue: c0 (row g, act 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1).
-#pragma unroll
-  for (int j = 0; j < NTM; ++j) {
-    if (j >= nt) continue;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int r = 8 * j + 2 * t + (c & 1);
-      if (r >= rows) continue;
-      const int64_t pr = row0 + r;
-      const int n = n0 + g + 8 * (c >> 1);
-      if (p.ksplit > 1) {  // SwiGLU: the w3 partials follow the w1 partials
-        p.partial[(int64_t(blockIdx.z) * p.M + pr) * p.N + n] = acc[j][c];
-        if constexpr (SWIGLU) p.partial[(int64_t(p.ksplit + blockIdx.z) * p.M + pr) * p.N + n] = acc3[j][c];
-      } else if constexpr (SWIGLU) {
-        const float v = swiglu_ref(acc[j][c], acc3[j][c], p.limit, p.row_weight ? p.row_weight + pr : nullptr);
-        p.y[pr * p.ldy + n] = __float2bfloat16_rn(v);
-      } else {
-        p.y[pr * p.ldy + n] = __float2bfloat16_rn(acc[j][c]);
-      }
-    }
-  }
+  store_tiles<SWIGLU, true>(p, acc, acc3, nt, rows, row0, n0 + g, t);
 }
 
 // SwiGLU after split-K: g = bf16(Σ_z partial[z]), u = bf16(Σ_z partial[ks + z]), y = bf16(w·silu(min(g, lim))·clamp(u)).

@@ -163,24 +163,7 @@ __global__ void __launch_bounds__(staged::THREADS) staged_gemm_kernel(const Skin
     }
   }
   cp_async_wait<0>();
-  // Epilogue as the register kernel's: c0 (row g, act 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1).
-#pragma unroll
-  for (int j = 0; j < NTM; ++j) {
-    if (j >= nt) continue;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int r = 8 * j + 2 * t + (c & 1);
-      if (r >= rows) continue;
-      const int64_t pr = row0 + r;
-      const int n = nb0 + rg + 8 * (c >> 1);
-      if constexpr (SWIGLU) {
-        const float v = swiglu_ref(acc[j][c], acc3[j][c], p.limit, p.row_weight ? p.row_weight + pr : nullptr);
-        p.y[pr * p.ldy + n] = __float2bfloat16_rn(v);
-      } else {
-        p.y[pr * p.ldy + n] = __float2bfloat16_rn(acc[j][c]);
-      }
-    }
-  }
+  store_tiles<SWIGLU, false>(p, acc, acc3, nt, rows, row0, nb0 + rg, t);
 }
 
 }  // namespace detail
