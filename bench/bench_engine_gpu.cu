@@ -5,7 +5,7 @@
 //
 //   bench_engine_gpu [--config F] [--layers N] [--concurrency 1,8,32,64] [--prompt 512] [--gen 64]
 //                    [--step-tokens 2048] [--prefill-chunk 0] [--sequential-max 64] [--budget-s 240]
-//                    [--temperature 0] [--seed S] [--out FILE.md] [--check-config]
+//                    [--temperature 0] [--seed S] [--out FILE.md] [--check-config] [--no-batch-prefill]
 //
 // Times are host wall clock (steady_clock): a token exists for a client when step() returns it, after the step's
 // logits were copied back, so host time is what an engine measurement is about (GPU events would leave out the
@@ -49,6 +49,8 @@ class StackModel {
   using State = gpu::DeviceSequence;
   using Snapshot = gpu::DeviceSnapshot;
   using DecodeItem = DecodeItemOf<State>;
+  using PrefillItem = PrefillItemOf<State>;
+  static constexpr bool on_host = false;
 
   StackModel(const ModelShape& s, const gpu::Forward* f) : s_(s), f_(f) {}
   const ModelShape& shape() const { return f_ ? f_->shape() : s_; }
@@ -72,6 +74,34 @@ class StackModel {
     DSV41_TRY(blocks::forward(*f_, st, ids, fo, sink->target(last != nullptr)));
     if (last) return sink->read(*last);
     return f_->synchronize();
+  }
+
+  // Several sequences' chunks in one forward (Model::prefill_batch's GPU path).
+  Status check_chunk(const State& st, std::span<const int32_t> ids) const {
+    if (!f_) return no_device();
+    DSV41_TRY(f_->check_state(st));
+    return dsv41::detail::check_prompt(shape(), st.pos, st.max_positions, ids);
+  }
+  Status prefill_batch(std::span<PrefillItem> items) const {
+    if (items.empty()) return Status::Ok();
+    if (!f_) return no_device();
+    std::vector<State*> seqs;
+    std::vector<int> lengths;
+    std::vector<int32_t> ids;
+    std::vector<std::vector<float>*> outs;
+    bool want = false;
+    for (const PrefillItem& it : items) {
+      DSV41_TRY(check_chunk(*it.state, it.ids));
+      seqs.push_back(it.state);
+      lengths.push_back(int(it.ids.size()));
+      ids.insert(ids.end(), it.ids.begin(), it.ids.end());
+      outs.push_back(it.logits);
+      want = want || it.logits;
+    }
+    auto sink = f_->logits_sink(nullptr, int(items.size()));
+    if (!sink.ok()) return sink.status();
+    DSV41_TRY(blocks::forward_chunks(*f_, std::span<State* const>(seqs), lengths, ids, sink->target(want)));
+    return sink->read_rows(outs);
   }
 
   // One batched forward, one row per sequence; the rows' logits read back with one synchronization.
@@ -118,6 +148,7 @@ struct Options {
   double budget_s = 240, temperature = 0;
   uint64_t seed = 20261203;
   bool check_config = false;
+  bool batch_prefill = true;  // --no-batch-prefill: one forward per prefill chunk (EngineOptions::batch_prefill)
 };
 
 std::vector<int64_t> parse_list(const std::string& v) {
@@ -151,6 +182,7 @@ EngineOptions engine_options(const Options& opt, int max_running, int n_requests
   o.max_running = max_running;
   o.max_queued = n_requests;
   o.prefill_chunk = opt.prefill_chunk;
+  o.batch_prefill = opt.batch_prefill;
   return o;
 }
 
@@ -394,6 +426,7 @@ int main(int argc, char** argv) {
     else if (a == "--seed") opt.seed = std::stoull(val());
     else if (a == "--out") opt.out = val();
     else if (a == "--check-config") opt.check_config = true;
+    else if (a == "--no-batch-prefill") opt.batch_prefill = false;
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;

@@ -235,7 +235,7 @@ struct MoeBench {
     const double ebytes = 3.0 * I * d * (0.5 + 1.0 / 32), sbytes = 3.0 * I * d * (1.0 + 1.0 / 1024);
     Row r{"moe layer", "T=" + std::to_string(T) + " E=384 k=6 I=2304", 0,
           active * ebytes + sbytes + 2.0 * E * d + 4.0 * T * d, 2.0 * T * (k + 1) * 3.0 * I * d + 2.0 * T * E * d, '8',
-          std::to_string(active) + " experts hit, " + (gpu::detail::moe_staged(sh) ? "staged" : "register") +
+          std::to_string(active) + " experts hit, " + gpu::detail::moe_kernel_name(sh) +
               " kernel, tiles of " + std::to_string(gpu::detail::moe_tile_rows(sh)) + " rows" +
               (tile_rows || kernel != gpu::SkinnyKernel::automatic ? " (forced)" : "")};
     r.us = median_us([&](int i) { GT_OK(gpu::moe(sh, W, x[i % ns].p, out.p, work.p, wsb, nullptr)); });

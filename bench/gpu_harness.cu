@@ -109,7 +109,10 @@ int main(int argc, char** argv) {
     run("moe", [&] {
       MoeBench mb;
       if (!moe_t.empty()) {
-        for (int T : moe_t) rows.push_back(mb.run(T));
+        for (int T : moe_t) {
+          rows.push_back(mb.run(T));
+          rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::wgmma));
+        }
         return;
       }
       rows.push_back(mb.run(1));
@@ -120,6 +123,7 @@ int main(int argc, char** argv) {
       for (int T : {128, 512, 1024, 2048}) {
         rows.push_back(mb.run(T, 16, gpu::SkinnyKernel::registers));
         for (int tile : {16, 32, 64}) rows.push_back(mb.run(T, tile, gpu::SkinnyKernel::staged));
+        for (int tile : {16, 32, 64}) rows.push_back(mb.run(T, tile, gpu::SkinnyKernel::wgmma));
       }
     });
     std::printf("\n");

@@ -60,20 +60,26 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
   GT_SYNC();
   const std::vector<uint16_t> out_bits = dout.download();
   const std::vector<float> out = from_bits(out_bits);
-  // Expert tiles of 16, 32 and 64 rows (MoeShape::tile_rows) on the register and on the staged kernel
-  // (gemm_staged.cuh; its dense form for the shared expert too) give the same bits as the automatic choice.
+  // Expert tiles of 16, 32 and 64 rows (MoeShape::tile_rows) on the register kernel and on the staged kernel
+  // (gemm_staged.cuh; its dense form for the shared expert too) give the same bits as the automatic choice
+  // (tile_diff: bit v set where variant v differs). The opt-in wgmma form (variants 6-8) is not the same bits: its
+  // distance to the reference is reported, not checked.
   int tile_diff = 0;
-  for (int variant = 0; variant < 6; ++variant) {
+  std::vector<std::vector<uint16_t>> wg_out;
+  for (int variant = 0; variant < 9; ++variant) {
     gpu::MoeShape st = sh;
     st.tile_rows = 16 << (variant % 3);
-    st.kernel = variant < 3 ? gpu::SkinnyKernel::registers : gpu::SkinnyKernel::staged;
+    st.kernel = variant < 3 ? gpu::SkinnyKernel::registers : variant < 6 ? gpu::SkinnyKernel::staged
+                                                                          : gpu::SkinnyKernel::wgmma;
     DBuf<uint8_t> work2(gpu::moe_workspace_bytes(st));
     DBuf<uint16_t> dout2(size_t(T) * d);
     dout2.poison();
     GT_OK(gpu::moe(st, W, reinterpret_cast<const gpu::bf16_t*>(dx.p), reinterpret_cast<gpu::bf16_t*>(dout2.p), work2.p,
                    work2.n, nullptr));
     GT_SYNC();
-    if (dout2.download() != out_bits) ++tile_diff;
+    std::vector<uint16_t> o2 = dout2.download();
+    if (variant >= 6) wg_out.push_back(std::move(o2));
+    else if (o2 != out_bits) tile_diff |= 1 << variant;
   }
   const gpu::MoeWork mw = gpu::moe_work(sh, work.p);
   std::vector<int> gsel(P);
@@ -105,6 +111,19 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
               w1.data(), w1s.data(), w3.data(), w3s.data(), w2.data(), w2s.data(),
               s1.data(), s1s.data(), s3.data(), s3s.data(), s2.data(), s2s.data()};
   ref().moe(in, outr.data());
+  double wg_worst = 0;  // the wgmma variants' worst |err| / bound against the reference
+  for (const auto& o : wg_out) {
+    const std::vector<float> of = from_bits(o);
+    for (int t = 0; t < T; ++t) {
+      double ss = 0;
+      for (int i = 0; i < d; ++i) ss += double(outr[size_t(t) * d + i]) * outr[size_t(t) * d + i];
+      const double rms = std::sqrt(ss / d);
+      for (int i = 0; i < d; ++i) {
+        const float rv = outr[size_t(t) * d + i];
+        wg_worst = std::max(wg_worst, std::fabs(double(of[size_t(t) * d + i]) - rv) / (2 * bf16_ulp(rv) + std::ldexp(rms, -7)));
+      }
+    }
+  }
   Cmp c;
   c.r.op = "moe";
   c.r.shape = shape_str({{"T", T}, {"d", d}, {"E", E}, {"k", k}, {"I", I}});
@@ -118,12 +137,12 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
       c.add(out[size_t(t) * d + i], rv, 2 * bf16_ulp(rv) + std::ldexp(rms, -7));
     }
   }
-  char note[240];
+  char note[320];
   std::snprintf(note, sizeof note,
                 "routing: %lld/%d picks differ, max w rel err %.2g, max logit rel err %.2g; auto: %s kernel, tiles of "
-                "%d rows; register and staged at 16/32/64: %s",
-                (long long)sel_diff, P, w_rel, log_rel, gpu::detail::moe_staged(sh) ? "staged" : "register",
-                gpu::detail::moe_tile_rows(sh), tile_diff ? "NOT the same bits" : "the same bits");
+                "%d rows; register and staged at 16/32/64: %s (differing variants 0x%x); wgmma (opt-in) worst err/bound %.3g",
+                (long long)sel_diff, P, w_rel, log_rel, gpu::detail::moe_kernel_name(sh),
+                gpu::detail::moe_tile_rows(sh), tile_diff ? "NOT the same bits" : "the same bits", unsigned(tile_diff), wg_worst);
   c.r.note = note;
   return c.done(sel_diff == 0 && w_rel < 1e-5 && tile_diff == 0);
 }

@@ -99,3 +99,59 @@ TEST_CASE("GPU engine: concurrent greedy requests equal generate() alone", "[gpu
   CHECK(e.counts().cache_bytes == 0);
   CHECK(e.poll(*id)->finish == RequestFinish::cancelled);
 }
+
+TEST_CASE("GPU prefill_batch: several sequences' chunks in one forward equal each alone", "[gpu][engine]") {
+  const std::string dir =
+      engine_data_dir(std::string(DSV41_TEST_DATA) + "/golden/tiny-ced", "tests/data/golden/tiny-ced");
+  auto g = GModel::load(dir);
+  REQUIRE(g.ok());
+  const GModel& m = **g;
+  const int V = m.shape().vocab_size;
+  // Three sequences; the first two already hold a chunk, so the batch mixes positions; one chunk of one token.
+  const std::vector<std::vector<int32_t>> first = {engine_prompt(9, V, 500), engine_prompt(17, V, 501), {}};
+  const std::vector<std::vector<int32_t>> chunk = {engine_prompt(13, V, 502), engine_prompt(1, V, 503),
+                                                   engine_prompt(21, V, 504)};
+  std::vector<GModel::State> alone, together;
+  std::vector<std::vector<float>> la(3), lt(3);
+  for (int i = 0; i < 3; ++i) {
+    for (auto* v : {&alone, &together}) {
+      auto st = m.new_sequence(128);
+      REQUIRE(st.ok());
+      if (!first[size_t(i)].empty()) REQUIRE(m.prefill(*st, first[size_t(i)]).ok());
+      v->push_back(std::move(*st));
+    }
+    REQUIRE(m.prefill(alone[size_t(i)], chunk[size_t(i)], &la[size_t(i)]).ok());
+  }
+  std::vector<GModel::PrefillItem> items;
+  for (int i = 0; i < 3; ++i) items.push_back({&together[size_t(i)], chunk[size_t(i)], &lt[size_t(i)]});
+  REQUIRE(m.prefill_batch(items).ok());
+  // 52 rows: below every row count at which a kernel choice changes (wo_a on cuBLASLt above 64), so the same bits.
+  for (int i = 0; i < 3; ++i) {
+    INFO("sequence " << i);
+    CHECK(together[size_t(i)].pos == alone[size_t(i)].pos);
+    REQUIRE(lt[size_t(i)].size() == size_t(V));
+    CHECK(lt[size_t(i)] == la[size_t(i)]);
+  }
+  // The states continue alike: one decode step of all three.
+  const std::vector<int32_t> next = engine_prompt(3, V, 505);
+  std::vector<GModel::DecodeItem> da, dt;
+  std::vector<std::vector<float>> oa(3), ot(3);
+  for (int i = 0; i < 3; ++i) {
+    da.push_back({&alone[size_t(i)], next[size_t(i)], &oa[size_t(i)]});
+    dt.push_back({&together[size_t(i)], next[size_t(i)], &ot[size_t(i)]});
+  }
+  REQUIRE(m.decode(da).ok());
+  REQUIRE(m.decode(dt).ok());
+  for (int i = 0; i < 3; ++i) CHECK(ot[size_t(i)] == oa[size_t(i)]);
+
+  // An invalid item (a chunk past its sequence's capacity) fails the call before anything runs.
+  auto small = m.new_sequence(8);
+  REQUIRE(small.ok());
+  const std::vector<int32_t> too_long = engine_prompt(9, V, 506);
+  const int64_t p0 = together[0].pos;
+  std::vector<GModel::PrefillItem> bad = {{&together[0], chunk[0], nullptr}, {&*small, too_long, nullptr}};
+  const Status st = m.prefill_batch(bad);
+  CHECK(st.code() == Code::out_of_range);
+  CHECK(together[0].pos == p0);
+  CHECK(small->pos == 0);
+}

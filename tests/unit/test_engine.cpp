@@ -820,3 +820,27 @@ TEST_CASE("engine: a finished request's state goes to the store's finish hook an
   drain(e);
   CHECK(kept.handed == 2);
 }
+
+TEST_CASE("Model::prefill_batch on the CPU: each chunk as its own prefill; an invalid item fails first") {
+  const TinyModel& m = tiny();
+  const std::vector<int32_t> a = test::tiny_prompt(11, 40, 7), b = test::tiny_prompt(5, 41, 7);
+  auto sa = m.new_sequence(64), sb = m.new_sequence(64), ra = m.new_sequence(64), rb = m.new_sequence(64);
+  std::vector<float> la, lb, ea, eb;
+  REQUIRE(m.prefill(ra, a, &ea).ok());
+  REQUIRE(m.prefill(rb, b, &eb).ok());
+  std::vector<TinyModel::PrefillItem> items = {{&sa, a, &la}, {&sb, b, &lb}};
+  REQUIRE(m.prefill_batch(items).ok());
+  CHECK(sa.pos == 11);
+  CHECK(sb.pos == 5);
+  CHECK(la == ea);
+  CHECK(lb == eb);
+  // A chunk past its sequence's capacity: out_of_range, and no item ran.
+  auto small = m.new_sequence(4);
+  std::vector<TinyModel::PrefillItem> bad = {{&sa, b, nullptr}, {&small, a, nullptr}};
+  CHECK(m.prefill_batch(bad).code() == Code::out_of_range);
+  CHECK(sa.pos == 11);
+  CHECK(small.pos == 0);
+  // A null state is refused.
+  std::vector<TinyModel::PrefillItem> null_item = {{nullptr, a, nullptr}};
+  CHECK(m.prefill_batch(null_item).code() == Code::invalid_argument);
+}

@@ -51,6 +51,34 @@ Status replay_window(const Ops& ops, typename Ops::State& st, std::span<const in
   return forward_rows(ops, b, pass, false);
 }
 
+// Prefill chunks of several sequences in one forward (a backend that batches sequences): lengths[i] ids (in order
+// in ids) run at seqs[i]'s next positions. out: logits [B, V] of each sequence's last row.
+template <class Ops, class Out>
+Status forward_chunks(const Ops& ops, std::span<typename Ops::State* const> seqs, std::span<const int> lengths,
+                      std::span<const int32_t> ids, Out&& out) {
+  if (seqs.empty() || seqs.size() != lengths.size())
+    return error(Code::invalid_argument, "prefill: one length per sequence, at least one");
+  size_t off = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (!seqs[i]) return error(Code::invalid_argument, "prefill: null sequence");
+    for (size_t j = 0; j < i; ++j)
+      if (seqs[j] == seqs[i]) return error(Code::invalid_argument, "prefill: a sequence appears twice");
+    if (lengths[i] < 1 || off + size_t(lengths[i]) > ids.size())
+      return error(Code::invalid_argument, "prefill: lengths do not cover the ids");
+    DSV41_TRY(ops.check_state(*seqs[i]));
+    DSV41_TRY(check_tokens(ops.shape(), ids.subspan(off, size_t(lengths[i])), seqs[i]->pos + lengths[i],
+                           seqs[i]->max_positions));
+    off += size_t(lengths[i]);
+  }
+  if (off != ids.size()) return error(Code::invalid_argument, "prefill: lengths do not cover the ids");
+  return ops.guarded(seqs, ids, [&]() -> Status {
+    auto b = ops.new_batch();
+    DSV41_TRY(ops.begin_rows(b, seqs, lengths, ids, out));
+    DSV41_TRY(forward_rows(ops, b, StackPass{}, false));
+    return ops.advance(b);
+  });
+}
+
 // One decode step of several sequences, each at its own position: ids[b] runs on *seqs[b] (a backend that batches
 // runs them as one forward of B rows). out: logits [B, V].
 template <class Ops, class Out>

@@ -45,6 +45,14 @@ struct PrefillOptions {
   const ForwardHooks* hooks = nullptr;
 };
 
+// One sequence's prefill chunk in a batched prefill (Model::prefill_batch of either backend).
+template <class State>
+struct PrefillItemOf {
+  State* state = nullptr;
+  std::span<const int32_t> ids;
+  std::vector<float>* logits = nullptr;  // [V] out: the chunk's last row (null: not wanted)
+};
+
 // One sequence's token in a decode step (Model::decode of either backend).
 template <class State>
 struct DecodeItemOf {
@@ -61,6 +69,7 @@ class Model {
   using Snapshot = typename Ops::Snapshot;
   using Context = typename Ops::Context;  // what the backend runs on (the GPU's: a cudaStream_t)
   using DecodeItem = DecodeItemOf<State>;
+  using PrefillItem = PrefillItemOf<State>;
   static constexpr bool on_host = Ops::on_host;
 
   Model(const Model&) = delete;
@@ -149,6 +158,46 @@ class Model {
     }
     if (last_logits) return sink->read(*last_logits);
     return ops_->synchronize();
+  }
+
+  // Whether prefill_batch would take this chunk (the checks prefill makes first), so a caller can fail one item
+  // alone before batching the rest.
+  Status check_chunk(const State& st, std::span<const int32_t> ids) const {
+    DSV41_TRY(ops_->check_state(st));
+    return detail::check_prompt(shape(), st.pos, st.max_positions, ids);
+  }
+
+  // Prefill chunks of several sequences (no images, no hooks): one forward of all their rows where the backend
+  // batches sequences (the GPU's), else one prefill after another. Each item's logits get its last row. Any
+  // invalid item fails the call before anything runs; an error in the forward may leave every item's state
+  // damaged (as a failed prefill does).
+  Status prefill_batch(std::span<PrefillItem> items) const {
+    if (items.empty()) return Status::Ok();
+    for (const PrefillItem& it : items) {
+      if (!it.state) return error(Code::invalid_argument, "prefill: null state");
+      DSV41_TRY(check_chunk(*it.state, it.ids));
+    }
+    if constexpr (Ops::batches_decode) {
+      if (items.size() > 1) {
+        std::vector<State*> seqs;
+        std::vector<int> lengths;
+        std::vector<int32_t> ids;
+        for (const PrefillItem& it : items) {
+          seqs.push_back(it.state);
+          lengths.push_back(int(it.ids.size()));
+          ids.insert(ids.end(), it.ids.begin(), it.ids.end());
+        }
+        const bool want = std::any_of(items.begin(), items.end(), [](const PrefillItem& it) { return it.logits; });
+        auto sink = ops_->logits_sink(nullptr, int(items.size()));
+        if (!sink.ok()) return sink.status();
+        DSV41_TRY(blocks::forward_chunks(*ops_, std::span<State* const>(seqs), lengths, ids, sink->target(want)));
+        std::vector<std::vector<float>*> outs;
+        for (const PrefillItem& it : items) outs.push_back(it.logits);
+        return sink->read_rows(outs);
+      }
+    }
+    for (const PrefillItem& it : items) DSV41_TRY(prefill(*it.state, it.ids, it.logits));
+    return Status::Ok();
   }
 
   // SPEC §4.10 the vision encoder on one image: out.embeds are the rows of its span's IMAGE slots (ImageSpan).

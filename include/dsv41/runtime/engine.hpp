@@ -1,7 +1,8 @@
 // Continuous batching over a Model, for any host (no HTTP here). Requests wait in a bounded queue, get a
 // sequence when admitted (a bound on running requests and on estimated cache bytes), prefill in chunks and
 // decode together: each step() runs one batched decode of every decoding request (one token each), then
-// prefill chunks of admitted requests in the rest of the step's token budget, so a long prompt delays the
+// prefill chunks of admitted requests in the rest of the step's token budget (one forward for all of them where
+// the backend batches sequences: EngineOptions::batch_prefill), so a long prompt delays the
 // decodes by at most one budget per step. Each request samples with its own RNG seeded by its options, so
 // its tokens do not depend on what it was batched with (as far as batched decode equals single decode and
 // prefill is chunk-invariant, as on the CPU backend).
@@ -194,6 +195,16 @@ class Engine {
       if (s->info.phase == RequestPhase::prefilling) pre.push_back(s);
     if (opt_.round_robin_prefill && !pre.empty())
       std::rotate(pre.begin(), pre.begin() + int64_t(rr_++ % pre.size()), pre.end());
+    // Plan each chunk, run the chunks with images one by one and the rest together (prefill_batch), then
+    // account for each in the planned order.
+    struct Chunk {
+      Slot* s;
+      int64_t n;
+      bool last;
+      Status st = Status::Ok();
+    };
+    std::vector<Chunk> chunks;
+    std::vector<size_t> batched;
     for (Slot* s : pre) {
       if (budget <= 0) break;
       if (s->info.phase != RequestPhase::prefilling) continue;
@@ -225,18 +236,39 @@ class Engine {
       }
       const bool last = n == left;
       const auto ids = std::span<const int32_t>(s->req.prompt).subspan(size_t(s->info.prompt_done), size_t(n));
-      PrefillOptions po;
-      po.images = spans;
-      const Status st = model_->prefill(*s->state, ids, last ? &s->logits : nullptr, po);
-      if (!st.ok()) {
-        fail(*s, Status(st.code(), "prefill: " + st.message()));
-        continue;
+      if (spans.empty() && opt_.batch_prefill && kBatchesPrefill) {
+        Status st = model_->check_chunk(*s->state, ids);  // an invalid chunk fails alone, before the batch
+        if (st.ok()) batched.push_back(chunks.size());
+        chunks.push_back(Chunk{s, n, last, std::move(st)});
+      } else {
+        PrefillOptions po;
+        po.images = spans;
+        chunks.push_back(Chunk{s, n, last, model_->prefill(*s->state, ids, last ? &s->logits : nullptr, po)});
       }
       budget -= int(n);
-      ss.prefilled += int(n);
-      s->info.prompt_done += n;
+    }
+    if (!batched.empty()) {
+      std::vector<typename M::PrefillItem> items;
+      for (size_t i : batched) {
+        Slot* s = chunks[i].s;
+        items.push_back({&*s->state,
+                         std::span<const int32_t>(s->req.prompt).subspan(size_t(s->info.prompt_done), size_t(chunks[i].n)),
+                         chunks[i].last ? &s->logits : nullptr});
+      }
+      const Status st = model_->prefill_batch(items);
+      for (size_t i : batched) (void)(chunks[i].st = st);
+    }
+    for (Chunk& c : chunks) {
+      Slot* s = c.s;
+      if (s->info.phase != RequestPhase::prefilling) continue;  // cancelled by an earlier callback
+      if (!c.st.ok()) {
+        fail(*s, Status(c.st.code(), "prefill: " + c.st.message()));
+        continue;
+      }
+      ss.prefilled += int(c.n);
+      s->info.prompt_done += c.n;
       record_boundary(*s);
-      if (!last) continue;
+      if (!c.last) continue;
       if (s->req.max_tokens == 0) {
         finish(*s, RequestFinish::length);
         continue;
@@ -262,6 +294,12 @@ class Engine {
   }
 
  private:
+  // Whether the model runs several sequences' chunks in one forward (Model::prefill_batch off the host).
+  static constexpr bool kBatchesPrefill = [] {
+    if constexpr (requires { typename M::PrefillItem; requires !M::on_host; }) return true;
+    else return false;
+  }();
+
   // The decode of items: one call, or where the backend runs sequences one by one (M::on_host and not
   // batches_decode) and opt_.threads > 1, contiguous groups on up to that many threads (the first on this one;
   // a thread that cannot start runs its group here). Each item gets its group's status.

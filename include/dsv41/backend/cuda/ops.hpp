@@ -174,8 +174,22 @@ class Ops : public DsparkOps {
     return start(b, ids, hist, nullptr, false, d_logits);
   }
 
-  // Runs f; on error the sequences' host counters are put back, and a sequence that ran several rows is marked
-  // damaged (its ring slots or pending rows may be overwritten; a snapshot restores it).
+  // Several sequences' rows in one forward: lengths[i] rows of ids (in order) at seqs[i]'s next positions.
+  // d_logits: device [B, V] (each sequence's last row) or null.
+  Status begin_rows(Batch& b, std::span<DeviceSequence* const> seqs, std::span<const int> lengths,
+                    std::span<const int32_t> ids, float* d_logits) const {
+    std::vector<std::span<const int32_t>> hist;
+    int row0 = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      b.begun.push_back(SequenceRows{seqs[i], seqs[i]->pos, row0, lengths[i]});
+      hist.emplace_back(seqs[i]->history);
+      row0 += lengths[i];
+    }
+    return start(b, ids, hist, nullptr, false, d_logits);
+  }
+
+  // Runs f; on error the sequences' host counters are put back, and where any sequence ran several rows every
+  // sequence of the batch is marked damaged (ring slots or pending rows may be overwritten; a snapshot restores it).
   template <class F>
   Status guarded(std::span<DeviceSequence* const> seqs, std::span<const int32_t> ids, F&& f) const {
     std::vector<std::vector<std::pair<int64_t, int>>> saved(seqs.size());
@@ -186,7 +200,7 @@ class Ops : public DsparkOps {
     for (size_t i = 0; i < seqs.size(); ++i) {
       auto& L = seqs[i]->layers;
       for (size_t l = 0; l < L.size(); ++l) std::tie(L[l].n_entries, L[l].n_pend) = saved[i][l];
-      if (seqs.size() == 1 && ids.size() > 1) seqs[i]->damaged = true;
+      if (ids.size() > seqs.size()) seqs[i]->damaged = true;
     }
     return r;
   }

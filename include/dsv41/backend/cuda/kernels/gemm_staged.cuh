@@ -4,9 +4,14 @@
 // 128-wide K steps, so loads overlap the mma instead of each warp waiting on its own global loads. A CTA is 4 warps:
 // 64 weight rows x one row tile (16, 32 or 64 activation rows, gathered through row_src). Each output's sum runs
 // over the K blocks in the same order with the same operations as the register kernel: the same bits.
+// WG: the same tiles on wgmma (one m64nNk32 per K block and matrix, the activation tile read by the tensor cores
+// from shared memory instead of per-warp mma.sync fragments; the weight fragment canonical, converted in registers).
+// Opt-in only: on the H200 an E4M3 wgmma's sum of one 32-wide K block is not the FP32 sum mma.sync gives (measured,
+// notes/gpu.md session 14: 5-9% of BF16 outputs one or two ulps off, the MoE layer up to 8x the check's bound).
 // For prefill: grouped MoE expert tiles and dense rows above 64. No split-K.
 #pragma once
 #include <dsv41/backend/cuda/kernels/gemm_skinny.cuh>
+#include <dsv41/backend/cuda/kernels/wgmma.cuh>
 
 namespace dsv41::gpu {
 
@@ -20,26 +25,29 @@ struct Layout {
   static constexpr int R = 8 * NTM, NW = SWIGLU ? 2 : 1;
   static constexpr int W = BN * wrow_bytes<F>();           // per matrix
   static constexpr int WS = F == WFmt::FP8 ? 16 : BN * 4;  // per matrix: FP8 2 block rows x 4 bytes (padded)
-  static constexpr int X = R * 128, XS = R * 4;
-  static constexpr int W_OFF = 0, WS_OFF = NW * W, X_OFF = NW * (W + WS), XS_OFF = X_OFF + X;
-  static constexpr int STAGE = XS_OFF + XS;
-  static constexpr int SMEM = STAGES * STAGE;
+  static constexpr int X = R * 128, XS = R * 4;  // X: a multiple of 1024 bytes
+  // The activation tile first, each stage 1024-byte aligned (wgmma's 128-byte swizzle atoms).
+  static constexpr int X_OFF = 0, W_OFF = X, WS_OFF = W_OFF + NW * W, XS_OFF = WS_OFF + NW * WS;
+  static constexpr int STAGE = (XS_OFF + XS + 1023) / 1024 * 1024;
+  static constexpr int SMEM = STAGES * STAGE + 1024;  // + alignment slack of the dynamic base
 };
 // 16-byte chunk c of smem row r: FP4 weight rows hold 4 chunks (one per K block), FP8 weight and activation rows 8.
 __device__ __forceinline__ int swz4(int r, int c) { return c ^ ((r >> 1) & 3); }
 __device__ __forceinline__ int swz8(int r, int c) { return c ^ (r & 7); }
 __device__ __forceinline__ uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 __device__ __forceinline__ uint2 lds64(const uint8_t* p) { return *reinterpret_cast<const uint2*>(p); }
+__device__ __forceinline__ uint32_t lds16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
 }  // namespace staged
 
-template <WFmt F, bool SWIGLU, int NTM>
+template <WFmt F, bool SWIGLU, int NTM, bool WG>
 __global__ void __launch_bounds__(staged::THREADS) staged_gemm_kernel(const SkinnyParams p) {
   using L = staged::Layout<F, SWIGLU, NTM>;
   using staged::BN;
   using staged::KBS;
   using staged::STAGES;
   constexpr int WB = staged::wrow_bytes<F>(), CPR = WB / 16;
-  extern __shared__ __align__(128) uint8_t smem[];
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* const smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   int group = 0, row0, rows;
   if (p.tiles) {
@@ -111,7 +119,21 @@ __global__ void __launch_bounds__(staged::THREADS) staged_gemm_kernel(const Skin
                              : L::W_OFF + rg * WB + ((u ^ ((g >> 1) & 3)) << 4) + 4 * t;
     xoff[u] = L::X_OFF + g * 128 + (((2 * u) ^ kx) << 4) + 8 * (t & 1);
   }
+  float wp[NTM][4], wp3[NTM][4];  // WG: the wgmma results of one K block
+#pragma unroll
+  for (int j = 0; j < NTM; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) wp[j][c] = wp3[j][c] = 0.f;
   const int wsoff = L::WS_OFF + (F == WFmt::FP8 ? (warp >> 1) * 4 : rg * 4), xsoff = L::XS_OFF + 8 * t;
+  // WG: the canonical A fragment (k 4t..4t+3 and 16+4t..): FP4 bytes 2t and 8+2t of chunk u; FP8 bytes 4t of
+  // chunks 2u and 2u+1.
+  int wa[KBS], wb[KBS];
+#pragma unroll
+  for (int u = 0; u < KBS; ++u) {
+    wa[u] = F == WFmt::FP8 ? L::W_OFF + rg * WB + (((2 * u) ^ g) << 4) + 4 * t
+                           : L::W_OFF + rg * WB + ((u ^ ((g >> 1) & 3)) << 4) + 2 * t;
+    wb[u] = F == WFmt::FP8 ? L::W_OFF + rg * WB + (((2 * u + 1) ^ g) << 4) + 4 * t : wa[u] + 8;
+  }
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
@@ -120,43 +142,88 @@ __global__ void __launch_bounds__(staged::THREADS) staged_gemm_kernel(const Skin
   }
   for (int st = 0; st < nst; ++st) {
     cp_async_wait<STAGES - 2>();
+    if constexpr (WG) fence_proxy_async_smem();
     __syncthreads();
     if (st + STAGES - 1 < nst) load_stage(st + STAGES - 1, (st + STAGES - 1) % STAGES);
     cp_async_commit();
     const uint8_t* base = smem + (st % STAGES) * L::STAGE;
+    if constexpr (WG) {
+#ifdef DSV41_WG_DIAG_SYNC
+      fence_proxy_async_smem();
+#endif
+      const uint64_t xdesc = wgmma_desc_sw128(smem_addr(base + L::X_OFF));
 #pragma unroll
-    for (int u = 0; u < KBS; ++u) {
-      uint32_t a[2][4];
-      float sw[2][2];
+      for (int u = 0; u < KBS; ++u) {
+        uint32_t a[2][4];
+        float sw[2][2];
 #pragma unroll
-      for (int m = 0; m < L::NW; ++m) {
-        const uint8_t* W = base + woff[u] + m * L::W;
-        const uint8_t* WS = base + wsoff + m * L::WS + u;
-        if constexpr (F == WFmt::FP8) {
-          const uint2 x0 = staged::lds64(W), x8 = staged::lds64(W + 8 * WB);
-          a[m][0] = x0.x; a[m][1] = x8.x; a[m][2] = x0.y; a[m][3] = x8.y;
-          sw[m][0] = sw[m][1] = ue8m0_f(WS[0]);
-        } else {
-          const uint32_t r0 = staged::lds32(W), r8 = staged::lds32(W + 8 * WB);
-          a[m][0] = e2m1x4_to_e4m3x4(r0); a[m][2] = e2m1x4_to_e4m3x4(r0 >> 16);
-          a[m][1] = e2m1x4_to_e4m3x4(r8); a[m][3] = e2m1x4_to_e4m3x4(r8 >> 16);
-          sw[m][0] = ue8m0_f(WS[0]);
-          sw[m][1] = ue8m0_f(WS[32]);  // row rg + 8
+        for (int m = 0; m < L::NW; ++m) {
+          const uint8_t* A = base + wa[u] + m * L::W;
+          const uint8_t* B = base + wb[u] + m * L::W;
+          const uint8_t* WS = base + wsoff + m * L::WS + u;
+          if constexpr (F == WFmt::FP8) {
+            a[m][0] = staged::lds32(A); a[m][1] = staged::lds32(A + 8 * WB);
+            a[m][2] = staged::lds32(B); a[m][3] = staged::lds32(B + 8 * WB);
+            sw[m][0] = sw[m][1] = ue8m0_f(WS[0]);
+          } else {
+            a[m][0] = e2m1x4_to_e4m3x4(staged::lds16(A)); a[m][1] = e2m1x4_to_e4m3x4(staged::lds16(A + 8 * WB));
+            a[m][2] = e2m1x4_to_e4m3x4(staged::lds16(B)); a[m][3] = e2m1x4_to_e4m3x4(staged::lds16(B + 8 * WB));
+            sw[m][0] = ue8m0_f(WS[0]);
+            sw[m][1] = ue8m0_f(WS[32]);  // row rg + 8
+          }
+        }
+        wgmma_fence();
+        wgmma_e4m3_rs<NTM>(wp, a[0], xdesc + 2 * u);
+        if constexpr (SWIGLU) wgmma_e4m3_rs<NTM>(wp3, a[1], xdesc + 2 * u);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_regs(wp);
+        if constexpr (SWIGLU) wgmma_fence_regs(wp3);
+        const uint8_t* XS = base + xsoff + u;
+#pragma unroll
+        for (int j = 0; j < NTM; ++j) {
+          if (j < nt) {
+            const float sx0 = ue8m0_f(XS[32 * j]), sx1 = ue8m0_f(XS[32 * j + 4]);
+            promote(acc[j], wp[j], sw[0][0], sw[0][1], sx0, sx1);
+            if constexpr (SWIGLU) promote(acc3[j], wp3[j], sw[1][0], sw[1][1], sx0, sx1);
+          }
         }
       }
-      const uint8_t* X = base + xoff[u];
-      const uint8_t* XS = base + xsoff + u;
+    } else {
 #pragma unroll
-      for (int j = 0; j < NTM; ++j) {
-        if (j < nt) {
-          const uint2 b = staged::lds64(X + j * 1024);
-          const float sx0 = ue8m0_f(XS[32 * j]), sx1 = ue8m0_f(XS[32 * j + 4]);
-          float part[4];
-          mma_e4m3_zero(part, a[0], b.x, b.y);
-          promote(acc[j], part, sw[0][0], sw[0][1], sx0, sx1);
-          if constexpr (SWIGLU) {
-            mma_e4m3_zero(part, a[1], b.x, b.y);
-            promote(acc3[j], part, sw[1][0], sw[1][1], sx0, sx1);
+      for (int u = 0; u < KBS; ++u) {
+        uint32_t a[2][4];
+        float sw[2][2];
+#pragma unroll
+        for (int m = 0; m < L::NW; ++m) {
+          const uint8_t* W = base + woff[u] + m * L::W;
+          const uint8_t* WS = base + wsoff + m * L::WS + u;
+          if constexpr (F == WFmt::FP8) {
+            const uint2 x0 = staged::lds64(W), x8 = staged::lds64(W + 8 * WB);
+            a[m][0] = x0.x; a[m][1] = x8.x; a[m][2] = x0.y; a[m][3] = x8.y;
+            sw[m][0] = sw[m][1] = ue8m0_f(WS[0]);
+          } else {
+            const uint32_t r0 = staged::lds32(W), r8 = staged::lds32(W + 8 * WB);
+            a[m][0] = e2m1x4_to_e4m3x4(r0); a[m][2] = e2m1x4_to_e4m3x4(r0 >> 16);
+            a[m][1] = e2m1x4_to_e4m3x4(r8); a[m][3] = e2m1x4_to_e4m3x4(r8 >> 16);
+            sw[m][0] = ue8m0_f(WS[0]);
+            sw[m][1] = ue8m0_f(WS[32]);  // row rg + 8
+          }
+        }
+        const uint8_t* X = base + xoff[u];
+        const uint8_t* XS = base + xsoff + u;
+#pragma unroll
+        for (int j = 0; j < NTM; ++j) {
+          if (j < nt) {
+            const uint2 b = staged::lds64(X + j * 1024);
+            const float sx0 = ue8m0_f(XS[32 * j]), sx1 = ue8m0_f(XS[32 * j + 4]);
+            float part[4];
+            mma_e4m3_zero(part, a[0], b.x, b.y);
+            promote(acc[j], part, sw[0][0], sw[0][1], sx0, sx1);
+            if constexpr (SWIGLU) {
+              mma_e4m3_zero(part, a[1], b.x, b.y);
+              promote(acc3[j], part, sw[1][0], sw[1][1], sx0, sx1);
+            }
           }
         }
       }
@@ -177,9 +244,10 @@ inline bool gemm_staged_fits(const SkinnyParams& p) {
          p.w3.group_w % 16 == 0 && p.w3.group_s % 4 == 0)) && al(p.xc, 16) && al(p.xe, 4);
 }
 
-// The staged kernel over row tiles of at most max_rows (16, 32 or 64 rows: NTM 2, 4, 8; dense: 64-row tiles).
+// The staged kernel over row tiles of at most max_rows (16, 32 or 64 rows: NTM 2, 4, 8; dense: 64-row tiles), on
+// mma.sync or (wg) on wgmma.
 template <WFmt F, bool SWIGLU>
-inline Status gemm_staged(const SkinnyParams& p, int max_tiles, int max_rows, cudaStream_t stream) {
+inline Status gemm_staged(const SkinnyParams& p, int max_tiles, int max_rows, bool wg, cudaStream_t stream) {
   if (!gemm_staged_fits(p)) return bad_arg("gemm_staged: N % 64, K % 128, no split-K, aligned operands");
   if (SWIGLU && !p.w3.w) return bad_arg("gemm_staged: SwiGLU needs w3");
   const int ntm = p.tiles ? (max_rows <= 16 ? 2 : max_rows <= 32 ? 4 : 8) : 8;
@@ -197,20 +265,26 @@ inline Status gemm_staged(const SkinnyParams& p, int max_tiles, int max_rows, cu
   };
   using detail::staged_gemm_kernel;
   using detail::staged::Layout;
-  if (ntm == 2) return go(staged_gemm_kernel<F, SWIGLU, 2>, Layout<F, SWIGLU, 2>::SMEM);
-  if (ntm == 4) return go(staged_gemm_kernel<F, SWIGLU, 4>, Layout<F, SWIGLU, 4>::SMEM);
-  return go(staged_gemm_kernel<F, SWIGLU, 8>, Layout<F, SWIGLU, 8>::SMEM);
+  if (wg) {
+    if (ntm == 2) return go(staged_gemm_kernel<F, SWIGLU, 2, true>, Layout<F, SWIGLU, 2>::SMEM);
+    if (ntm == 4) return go(staged_gemm_kernel<F, SWIGLU, 4, true>, Layout<F, SWIGLU, 4>::SMEM);
+    return go(staged_gemm_kernel<F, SWIGLU, 8, true>, Layout<F, SWIGLU, 8>::SMEM);
+  }
+  if (ntm == 2) return go(staged_gemm_kernel<F, SWIGLU, 2, false>, Layout<F, SWIGLU, 2>::SMEM);
+  if (ntm == 4) return go(staged_gemm_kernel<F, SWIGLU, 4, false>, Layout<F, SWIGLU, 4>::SMEM);
+  return go(staged_gemm_kernel<F, SWIGLU, 8, false>, Layout<F, SWIGLU, 8>::SMEM);
 }
 
-// Which kernel a grouped or dense prefill GEMM takes: the register kernel (gemm_skinny), the staged one, or the
-// staged one where it fits and the call has at least min_rows rows (auto). Both give the same bits.
-enum class SkinnyKernel : int { automatic = 0, registers = 1, staged = 2 };
+// Which kernel a grouped or dense prefill GEMM takes: the register kernel (gemm_skinny), the staged one on mma.sync
+// or on wgmma (opt-in, see above), or (auto) the staged mma.sync one where it fits and the call has at least
+// min_rows rows. Register and staged give the same bits.
+enum class SkinnyKernel : int { automatic = 0, registers = 1, staged = 2, wgmma = 3 };
 template <WFmt F, bool SWIGLU>
 inline Status gemm_skinny_or_staged(const SkinnyParams& p, int max_tiles, int max_rows, SkinnyKernel k, int min_rows,
                                     cudaStream_t stream) {
   const bool staged = k != SkinnyKernel::registers && gemm_staged_fits(p) && (!p.tiles || max_rows <= 64) &&
-                      (k == SkinnyKernel::staged || p.M >= min_rows);
-  if (staged) return gemm_staged<F, SWIGLU>(p, max_tiles, max_rows, stream);
+                      (k == SkinnyKernel::staged || k == SkinnyKernel::wgmma || p.M >= min_rows);
+  if (staged) return gemm_staged<F, SWIGLU>(p, max_tiles, max_rows, k == SkinnyKernel::wgmma, stream);
   return gemm_skinny<F, SWIGLU>(p, max_tiles, max_rows, stream);
 }
 

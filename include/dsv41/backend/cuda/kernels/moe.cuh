@@ -33,7 +33,7 @@ struct MoeShape {
   bool norm_topk = true;
   int e_begin = 0, e_end = -1;  // routed experts held (the weights' group 0 is e_begin); e_end −1: all E
   int tile_rows = 0;            // rows per expert tile, 16..64 (0: automatic, see moe_tile_rows)
-  SkinnyKernel kernel = SkinnyKernel::automatic;  // expert and shared-expert GEMMs (same bits either way)
+  SkinnyKernel kernel = SkinnyKernel::automatic;  // expert and shared-expert GEMMs (register / staged: same bits)
 };
 
 struct MoeWeights {
@@ -73,7 +73,11 @@ constexpr int kMoeTile = 16;  // the smallest expert tile (moe_max_tiles counts 
 // expert from 65 tokens on.
 constexpr int kMoeStagedRows = 512;
 inline bool moe_staged(const MoeShape& s) {
-  return s.kernel == SkinnyKernel::staged || (s.kernel == SkinnyKernel::automatic && s.T * s.k >= kMoeStagedRows);
+  return s.kernel == SkinnyKernel::staged || s.kernel == SkinnyKernel::wgmma ||
+         (s.kernel == SkinnyKernel::automatic && s.T * s.k >= kMoeStagedRows);
+}
+inline const char* moe_kernel_name(const MoeShape& s) {
+  return !moe_staged(s) ? "register" : s.kernel == SkinnyKernel::wgmma ? "wgmma" : "staged";
 }
 // Rows per expert tile. The outputs are the same bits for any tile (each element's sum runs over K in the same
 // order). The register kernel takes 16: 64-row tiles read each expert's weights once per 64 rows instead of 16 but
