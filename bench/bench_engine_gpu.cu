@@ -82,7 +82,8 @@ class StackModel {
     DSV41_TRY(f_->check_state(st));
     return dsv41::detail::check_prompt(shape(), st.pos, st.max_positions, ids);
   }
-  Status prefill_batch(std::span<PrefillItem> items) const {
+  Status prefill_batch(std::span<PrefillItem> items, bool all_rows = false) const {
+    if (all_rows) return not_speculative();
     if (items.empty()) return Status::Ok();
     if (!f_) return no_device();
     std::vector<State*> seqs;
@@ -100,7 +101,7 @@ class StackModel {
     }
     auto sink = f_->logits_sink(nullptr, int(items.size()));
     if (!sink.ok()) return sink.status();
-    DSV41_TRY(blocks::forward_chunks(*f_, std::span<State* const>(seqs), lengths, ids, sink->target(want)));
+    DSV41_TRY(blocks::forward_chunks(*f_, std::span<State* const>(seqs), lengths, ids, false, sink->target(want)));
     return sink->read_rows(outs);
   }
 
@@ -133,7 +134,12 @@ class StackModel {
   const gpu::Forward* f_ = nullptr;
 };
 
-// Found by the engine's speculate() through argument-dependent lookup (generate.hpp's takes a Model<C, B>).
+// Found by the engine's speculate() through argument-dependent lookup (generate.hpp's take a Model<C, B>).
+Result<gpu::DeviceSnapshot> speculative_draft(const StackModel&, const gpu::DeviceSequence&, int32_t, int, Sampler&,
+                                              int (*)(void*, std::span<const int32_t>, int, int32_t*), void*,
+                                              std::span<const int32_t>, SpecScratch&) {
+  return StackModel::not_speculative();
+}
 Result<SpecStep<gpu::DeviceSnapshot>> speculative_step(const StackModel&, gpu::DeviceSequence&, int32_t, int, Sampler&,
                                                        int (*)(void*, std::span<const int32_t>, int, int32_t*), void*,
                                                        std::span<const int32_t>, SpecScratch&) {

@@ -840,6 +840,15 @@ TEST_CASE("Model::prefill_batch on the CPU: each chunk as its own prefill; an in
   CHECK(m.prefill_batch(bad).code() == Code::out_of_range);
   CHECK(sa.pos == 11);
   CHECK(small.pos == 0);
+  // all_rows: every row's logits, as forward with all_logits.
+  auto sc = m.new_sequence(64), rc = m.new_sequence(64);
+  std::vector<float> lc;
+  ForwardResult fc;
+  REQUIRE(m.forward(rc, b, fc, /*all_logits=*/true).ok());
+  std::vector<TinyModel::PrefillItem> rows = {{&sc, b, &lc}};
+  REQUIRE(m.prefill_batch(rows, /*all_rows=*/true).ok());
+  CHECK(lc.size() == b.size() * size_t(m.shape().vocab_size));
+  CHECK(lc == fc.logits);
   // A null state is refused.
   std::vector<TinyModel::PrefillItem> null_item = {{nullptr, a, nullptr}};
   CHECK(m.prefill_batch(null_item).code() == Code::invalid_argument);

@@ -52,10 +52,11 @@ Status replay_window(const Ops& ops, typename Ops::State& st, std::span<const in
 }
 
 // Prefill chunks of several sequences in one forward (a backend that batches sequences): lengths[i] ids (in order
-// in ids) run at seqs[i]'s next positions. out: logits [B, V] of each sequence's last row.
+// in ids) run at seqs[i]'s next positions. out: logits [B, V] of each sequence's last row, or [rows, V] of every
+// row with all_logits.
 template <class Ops, class Out>
 Status forward_chunks(const Ops& ops, std::span<typename Ops::State* const> seqs, std::span<const int> lengths,
-                      std::span<const int32_t> ids, Out&& out) {
+                      std::span<const int32_t> ids, bool all_logits, Out&& out) {
   if (seqs.empty() || seqs.size() != lengths.size())
     return error(Code::invalid_argument, "prefill: one length per sequence, at least one");
   size_t off = 0;
@@ -73,7 +74,7 @@ Status forward_chunks(const Ops& ops, std::span<typename Ops::State* const> seqs
   if (off != ids.size()) return error(Code::invalid_argument, "prefill: lengths do not cover the ids");
   return ops.guarded(seqs, ids, [&]() -> Status {
     auto b = ops.new_batch();
-    DSV41_TRY(ops.begin_rows(b, seqs, lengths, ids, out));
+    DSV41_TRY(ops.begin_rows(b, seqs, lengths, ids, all_logits, out));
     DSV41_TRY(forward_rows(ops, b, StackPass{}, false));
     return ops.advance(b);
   });

@@ -50,7 +50,7 @@ template <class State>
 struct PrefillItemOf {
   State* state = nullptr;
   std::span<const int32_t> ids;
-  std::vector<float>* logits = nullptr;  // [V] out: the chunk's last row (null: not wanted)
+  std::vector<float>* logits = nullptr;  // out: [V] of the chunk's last row, or [n, V] with all_rows (null: none)
 };
 
 // One sequence's token in a decode step (Model::decode of either backend).
@@ -168,10 +168,10 @@ class Model {
   }
 
   // Prefill chunks of several sequences (no images, no hooks): one forward of all their rows where the backend
-  // batches sequences (the GPU's), else one prefill after another. Each item's logits get its last row. Any
-  // invalid item fails the call before anything runs; an error in the forward may leave every item's state
-  // damaged (as a failed prefill does).
-  Status prefill_batch(std::span<PrefillItem> items) const {
+  // batches sequences (the GPU's), else one after another. Each item's logits get its last row, or every row
+  // with all_rows (speculative verify blocks). Any invalid item fails the call before anything runs; an error in
+  // the forward may leave every item's state damaged (as a failed prefill does).
+  Status prefill_batch(std::span<PrefillItem> items, bool all_rows = false) const {
     if (items.empty()) return Status::Ok();
     for (const PrefillItem& it : items) {
       if (!it.state) return error(Code::invalid_argument, "prefill: null state");
@@ -188,15 +188,36 @@ class Model {
           ids.insert(ids.end(), it.ids.begin(), it.ids.end());
         }
         const bool want = std::any_of(items.begin(), items.end(), [](const PrefillItem& it) { return it.logits; });
-        auto sink = ops_->logits_sink(nullptr, int(items.size()));
+        auto sink = ops_->logits_sink(nullptr, all_rows ? int(ids.size()) : int(items.size()));
         if (!sink.ok()) return sink.status();
-        DSV41_TRY(blocks::forward_chunks(*ops_, std::span<State* const>(seqs), lengths, ids, sink->target(want)));
-        std::vector<std::vector<float>*> outs;
-        for (const PrefillItem& it : items) outs.push_back(it.logits);
-        return sink->read_rows(outs);
+        DSV41_TRY(blocks::forward_chunks(*ops_, std::span<State* const>(seqs), lengths, ids, all_rows,
+                                         sink->target(want)));
+        if (!all_rows) {
+          std::vector<std::vector<float>*> outs;
+          for (const PrefillItem& it : items) outs.push_back(it.logits);
+          return sink->read_rows(outs);
+        }
+        if (!want) return ops_->synchronize();
+        std::vector<float> all;
+        DSV41_TRY(sink->read(all));
+        const size_t V = size_t(shape().vocab_size);
+        size_t row = 0;
+        for (const PrefillItem& it : items) {
+          if (it.logits) it.logits->assign(all.begin() + row * V, all.begin() + (row + it.ids.size()) * V);
+          row += it.ids.size();
+        }
+        return Status::Ok();
       }
     }
-    for (const PrefillItem& it : items) DSV41_TRY(prefill(*it.state, it.ids, it.logits));
+    for (const PrefillItem& it : items) {
+      if (!all_rows) {
+        DSV41_TRY(prefill(*it.state, it.ids, it.logits));
+        continue;
+      }
+      ForwardResult r;
+      DSV41_TRY(forward(*it.state, it.ids, r, /*all_logits=*/true));
+      if (it.logits) *it.logits = std::move(r.logits);
+    }
     return Status::Ok();
   }
 

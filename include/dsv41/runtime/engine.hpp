@@ -181,12 +181,17 @@ class Engine {
         emit(*s, pick(*s), s->state->pos, &s->logits);
       }
     }
-    // Speculative requests: a draft block each, verified in its own forward.
+    // Speculative requests: a draft block each, the blocks verified in one forward where the model batches
+    // sequences (batch_prefill), else each in its own.
     std::vector<Slot*> spec;
     for (Slot* s : active_)
       if (s->info.phase == RequestPhase::decoding && s->req.speculative) spec.push_back(s);
-    for (Slot* s : spec)
-      if (s->info.phase == RequestPhase::decoding) ss.verified += speculate(*s);
+    if (kBatchesPrefill && opt_.batch_prefill && spec.size() > 1) {
+      ss.verified += speculate_batch(spec);
+    } else {
+      for (Slot* s : spec)
+        if (s->info.phase == RequestPhase::decoding) ss.verified += speculate(*s);
+    }
 
     // Prefill in the rest of the budget.
     int budget = opt_.step_tokens - ss.decoded - ss.verified;
@@ -514,32 +519,81 @@ class Engine {
     session_.finish(session_.ctx, std::move(*s.state), held);
   }
 
+  // Drafts a speculative request may make now: the token budget (the block returns up to k+1) and the state.
+  int spec_drafts(const Slot& s) const {
+    return int(std::min<int64_t>({int64_t(model_->shape().dspark_block_size),
+                                  int64_t(s.req.max_tokens) - s.info.completion_tokens - 1,
+                                  s.state->max_positions - s.state->pos - 1}));
+  }
+
   // One speculative step of a decoding request (generate()'s rules); returns the tokens it ran.
   int speculate(Slot& s) {
-    State& st = *s.state;
-    const int k = int(std::min<int64_t>({int64_t(model_->shape().dspark_block_size),
-                                         int64_t(s.req.max_tokens) - s.info.completion_tokens - 1,
-                                         st.max_positions - st.pos - 1}));
-    auto step = speculative_step(*model_, st, s.next, k, s.sampler, s.req.drafter, s.req.ctx,
+    auto step = speculative_step(*model_, *s.state, s.next, spec_drafts(s), s.sampler, s.req.drafter, s.req.ctx,
                                  std::span<const int32_t>(s.generated), s.spec);
     if (!step.ok()) {
       fail(s, Status(step.status().code(), "speculative step: " + step.status().message()));
       return 0;
     }
+    return spec_accept(s, step->snapshot, step->verdict);
+  }
+
+  // Several requests' speculative steps: each drafts (and snapshots) alone, the blocks run in one forward with
+  // every row's logits (Model::prefill_batch), then each takes its verdict. The same tokens as speculate() one by
+  // one where the batched forward gives the single forward's logits. Returns the tokens run.
+  int speculate_batch(const std::vector<Slot*>& spec) {
+    using Snapshot = typename M::Snapshot;
+    std::vector<Slot*> ready;
+    std::vector<Snapshot> snaps;
+    for (Slot* s : spec) {
+      if (s->info.phase != RequestPhase::decoding) continue;
+      auto sn = speculative_draft(*model_, *s->state, s->next, spec_drafts(*s), s->sampler, s->req.drafter, s->req.ctx,
+                                  std::span<const int32_t>(s->generated), s->spec);
+      if (!sn.ok()) {
+        fail(*s, Status(sn.status().code(), "speculative step: " + sn.status().message()));
+        continue;
+      }
+      ready.push_back(s);
+      snaps.push_back(std::move(*sn));
+    }
+    if (ready.empty()) return 0;
+    std::vector<typename M::PrefillItem> items;
+    for (Slot* s : ready) items.push_back({&*s->state, s->spec.block, &s->spec.fr.logits});
+    const Status st = model_->prefill_batch(items, /*all_rows=*/true);
+    int ran = 0;
+    for (size_t i = 0; i < ready.size(); ++i) {
+      Slot& s = *ready[i];
+      if (s.info.phase != RequestPhase::decoding) continue;  // cancelled by an earlier callback
+      if (!st.ok()) {
+        fail(s, Status(st.code(), "speculative step: " + st.message()));
+        continue;
+      }
+      auto v = speculative_verdict(s.spec.fr.logits, model_->shape().vocab_size, s.spec, s.sampler);
+      if (!v.ok()) {
+        fail(s, Status(v.status().code(), "speculative step: " + v.status().message()));
+        continue;
+      }
+      ran += spec_accept(s, snaps[i], *v);
+    }
+    return ran;
+  }
+
+  // After a verified block: counts, returns the accepted drafts and the next token, rolls the state back to what
+  // was returned. Returns the block's length.
+  int spec_accept(Slot& s, const typename M::Snapshot& snapshot, const Verdict v) {
+    State& st = *s.state;
     const std::vector<int32_t>& block = s.spec.block;
-    const Verdict v = step->verdict;
     if (block.size() > 1) {
       ++s.info.spec_steps;
       s.info.drafted += int64_t(block.size()) - 1;
       s.info.accepted += v.accepted;
     }
-    const int64_t base = step->snapshot.pos;
+    const int64_t base = snapshot.pos;
     int returned = 0;
     auto alive = [&] { return s.info.phase == RequestPhase::decoding; };
     for (int i = 1; i <= v.accepted && alive(); ++i) emit(s, block[i], base + ++returned);
     if (alive()) emit(s, v.next, base + ++returned);
     if (alive()) {  // a finished request's sequence is gone: nothing to roll back
-      if (Status r = rollback(*model_, st, step->snapshot, returned); !r.ok())
+      if (Status r = rollback(*model_, st, snapshot, returned); !r.ok())
         fail(s, Status(r.code(), "speculative rollback: " + r.message()));
       else
         record_boundary(s);

@@ -129,13 +129,13 @@ struct SpecStep {
   Verdict verdict;
 };
 
-// One speculative step after y (returned, not yet run): up to k drafts (k <= 0: none) from drafter when set
-// (called with ctx and generated, the tokens returned so far) or from DSpark, then [y, drafts] verified in one
-// forward. On success sc.block is the block and the state holds all of it: keep the returned prefix with
-// rollback(m, st, step.snapshot, returned).
+// The first half of a speculative step after y (returned, not yet run): up to k drafts (k <= 0: none) from
+// drafter when set (called with ctx and generated, the tokens returned so far) or from DSpark into sc.block =
+// [y, drafts], and the snapshot before the block. The state does not advance: the block's verify forward is the
+// caller's (one per sequence, or several sequences' blocks in one Model::prefill_batch with all rows).
 template <class C, class B>
-Result<SpecStep<typename Model<C, B>::Snapshot>> speculative_step(
-    const Model<C, B>& m, typename Model<C, B>::State& st, int32_t y, int k, Sampler& sampler,
+Result<typename Model<C, B>::Snapshot> speculative_draft(
+    const Model<C, B>& m, const typename Model<C, B>::State& st, int32_t y, int k, Sampler& sampler,
     int (*drafter)(void* ctx, std::span<const int32_t> generated, int k, int32_t* out), void* ctx,
     std::span<const int32_t> generated, SpecScratch& sc) {
   const int V = m.shape().vocab_size;
@@ -174,11 +174,27 @@ Result<SpecStep<typename Model<C, B>::Snapshot>> speculative_step(
       }
     }
   }
-  auto taken = take_snapshot(m, st, sc.block);
+  return take_snapshot(m, st, sc.block);
+}
+
+// The second half: the verdict on the verify forward's logits of every row of sc.block ([block, V]).
+inline Result<Verdict> speculative_verdict(std::span<const float> logits, int V, const SpecScratch& sc, Sampler& sampler) {
+  return verify_drafts(logits, V, std::span<const int32_t>(sc.block).subspan(1), sc.qs, sampler);
+}
+
+// One speculative step after y: speculative_draft, [y, drafts] verified in one forward, speculative_verdict. On
+// success sc.block is the block and the state holds all of it: keep the returned prefix with
+// rollback(m, st, step.snapshot, returned).
+template <class C, class B>
+Result<SpecStep<typename Model<C, B>::Snapshot>> speculative_step(
+    const Model<C, B>& m, typename Model<C, B>::State& st, int32_t y, int k, Sampler& sampler,
+    int (*drafter)(void* ctx, std::span<const int32_t> generated, int k, int32_t* out), void* ctx,
+    std::span<const int32_t> generated, SpecScratch& sc) {
+  auto taken = speculative_draft(m, st, y, k, sampler, drafter, ctx, generated, sc);
   if (!taken.ok()) return taken.status();
   SpecStep<typename Model<C, B>::Snapshot> out{std::move(*taken), Verdict{}};
   DSV41_TRY(m.forward(st, sc.block, sc.fr, /*all_logits=*/true));
-  auto verdict = verify_drafts(sc.fr.logits, V, std::span<const int32_t>(sc.block).subspan(1), sc.qs, sampler);
+  auto verdict = speculative_verdict(sc.fr.logits, m.shape().vocab_size, sc, sampler);
   if (!verdict.ok()) return verdict.status();
   out.verdict = *verdict;
   return Result<SpecStep<typename Model<C, B>::Snapshot>>(std::move(out));

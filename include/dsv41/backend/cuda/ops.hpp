@@ -175,9 +175,9 @@ class Ops : public DsparkOps {
   }
 
   // Several sequences' rows in one forward: lengths[i] rows of ids (in order) at seqs[i]'s next positions.
-  // d_logits: device [B, V] (each sequence's last row) or null.
+  // d_logits: device [B, V] (each sequence's last row; with all_logits [rows, V]) or null.
   Status begin_rows(Batch& b, std::span<DeviceSequence* const> seqs, std::span<const int> lengths,
-                    std::span<const int32_t> ids, float* d_logits) const {
+                    std::span<const int32_t> ids, bool all_logits, float* d_logits) const {
     std::vector<std::span<const int32_t>> hist;
     int row0 = 0;
     for (size_t i = 0; i < seqs.size(); ++i) {
@@ -185,7 +185,7 @@ class Ops : public DsparkOps {
       hist.emplace_back(seqs[i]->history);
       row0 += lengths[i];
     }
-    return start(b, ids, hist, nullptr, false, d_logits);
+    return start(b, ids, hist, nullptr, all_logits, d_logits);
   }
 
   // Runs f; on error the sequences' host counters are put back, and where any sequence ran several rows every
