@@ -111,32 +111,27 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
               w1.data(), w1s.data(), w3.data(), w3s.data(), w2.data(), w2s.data(),
               s1.data(), s1s.data(), s3.data(), s3s.data(), s2.data(), s2s.data()};
   ref().moe(in, outr.data());
+  // The bound of element (t, i): 2 ulp of the reference + 2^-7 of its row's rms.
+  std::vector<double> rms(static_cast<size_t>(T), 0.0);
+  for (int t = 0; t < T; ++t) {
+    double ss = 0;
+    for (int i = 0; i < d; ++i) ss += double(outr[size_t(t) * d + i]) * outr[size_t(t) * d + i];
+    rms[size_t(t)] = std::sqrt(ss / d);
+  }
+  auto bound = [&](int t, int i) { return 2 * bf16_ulp(outr[size_t(t) * d + i]) + std::ldexp(rms[size_t(t)], -7); };
   double wg_worst = 0;  // the wgmma variants' worst |err| / bound against the reference
   for (const auto& o : wg_out) {
     const std::vector<float> of = from_bits(o);
-    for (int t = 0; t < T; ++t) {
-      double ss = 0;
-      for (int i = 0; i < d; ++i) ss += double(outr[size_t(t) * d + i]) * outr[size_t(t) * d + i];
-      const double rms = std::sqrt(ss / d);
-      for (int i = 0; i < d; ++i) {
-        const float rv = outr[size_t(t) * d + i];
-        wg_worst = std::max(wg_worst, std::fabs(double(of[size_t(t) * d + i]) - rv) / (2 * bf16_ulp(rv) + std::ldexp(rms, -7)));
-      }
-    }
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < d; ++i)
+        wg_worst = std::max(wg_worst, std::fabs(double(of[size_t(t) * d + i]) - outr[size_t(t) * d + i]) / bound(t, i));
   }
   Cmp c;
   c.r.op = "moe";
   c.r.shape = shape_str({{"T", T}, {"d", d}, {"E", E}, {"k", k}, {"I", I}});
   c.r.bound = "2ulp+2^-7*rms(row)";
-  for (int t = 0; t < T; ++t) {
-    double ss = 0;
-    for (int i = 0; i < d; ++i) ss += double(outr[size_t(t) * d + i]) * outr[size_t(t) * d + i];
-    const double rms = std::sqrt(ss / d);
-    for (int i = 0; i < d; ++i) {
-      const float rv = outr[size_t(t) * d + i];
-      c.add(out[size_t(t) * d + i], rv, 2 * bf16_ulp(rv) + std::ldexp(rms, -7));
-    }
-  }
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < d; ++i) c.add(out[size_t(t) * d + i], outr[size_t(t) * d + i], bound(t, i));
   char note[320];
   std::snprintf(note, sizeof note,
                 "routing: %lld/%d picks differ, max w rel err %.2g, max logit rel err %.2g; auto: %s kernel, tiles of "

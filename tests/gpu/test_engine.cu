@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,12 @@ namespace {
 
 std::string engine_data_dir(const std::string& built, const std::string& local) {
   return std::filesystem::exists(built) ? built : local;
+}
+
+std::unique_ptr<GModel> load_tiny_ced() {
+  auto g = GModel::load(engine_data_dir(std::string(DSV41_TEST_DATA) + "/golden/tiny-ced", "tests/data/golden/tiny-ced"));
+  REQUIRE(g.ok());
+  return std::move(*g);
 }
 
 std::vector<int32_t> engine_prompt(int n, int V, int seed) {
@@ -47,11 +54,8 @@ std::vector<int32_t> generate_alone(const GModel& m, const Request& r) {
 }  // namespace
 
 TEST_CASE("GPU engine: concurrent greedy requests equal generate() alone", "[gpu][engine]") {
-  const std::string dir =
-      engine_data_dir(std::string(DSV41_TEST_DATA) + "/golden/tiny-ced", "tests/data/golden/tiny-ced");
-  auto g = GModel::load(dir);
-  REQUIRE(g.ok());
-  const GModel& m = **g;
+  const auto g = load_tiny_ced();
+  const GModel& m = *g;
   const int V = m.shape().vocab_size;
   std::vector<Request> reqs;
   for (int i = 0; i < 6; ++i) {
@@ -103,11 +107,8 @@ TEST_CASE("GPU engine: concurrent greedy requests equal generate() alone", "[gpu
 }
 
 TEST_CASE("GPU prefill_batch: several sequences' chunks in one forward equal each alone", "[gpu][engine]") {
-  const std::string dir =
-      engine_data_dir(std::string(DSV41_TEST_DATA) + "/golden/tiny-ced", "tests/data/golden/tiny-ced");
-  auto g = GModel::load(dir);
-  REQUIRE(g.ok());
-  const GModel& m = **g;
+  const auto g = load_tiny_ced();
+  const GModel& m = *g;
   const int V = m.shape().vocab_size;
   // Three sequences; the first two already hold a chunk, so the batch mixes positions; one chunk of one token.
   const std::vector<std::vector<int32_t>> first = {engine_prompt(9, V, 500), engine_prompt(17, V, 501), {}};
