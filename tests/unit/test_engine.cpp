@@ -853,3 +853,89 @@ TEST_CASE("Model::prefill_batch on the CPU: each chunk as its own prefill; an in
   std::vector<TinyModel::PrefillItem> null_item = {{nullptr, a, nullptr}};
   CHECK(m.prefill_batch(null_item).code() == Code::invalid_argument);
 }
+
+namespace {
+// tiny-ced presented as a backend that batches sequences (on_host false): prefill_batch runs its items one by one on
+// the CPU model, so the engine's batched prefill and batched verify run here (CI has no GPU) and must give exactly
+// the tokens generate() gives alone. It counts what the engine handed it.
+struct BatchingTiny {
+  using State = TinyModel::State;
+  using Snapshot = TinyModel::Snapshot;
+  using DecodeItem = TinyModel::DecodeItem;
+  using PrefillItem = TinyModel::PrefillItem;
+  static constexpr bool on_host = false;
+  const TinyModel* m = nullptr;
+  mutable int prefill_calls = 0, most_prefill_items = 0, verify_calls = 0, most_verify_items = 0;
+
+  const ModelShape& shape() const { return m->shape(); }
+  State new_sequence(int64_t n) const { return m->new_sequence(n); }
+  Status prefill(State& st, std::span<const int32_t> ids, std::vector<float>* last, const PrefillOptions& o = {}) const {
+    return m->prefill(st, ids, last, o);
+  }
+  Status decode(std::span<DecodeItem> batch) const { return m->decode(batch); }
+  Status check_chunk(const State& st, std::span<const int32_t> ids) const { return m->check_chunk(st, ids); }
+  Status prefill_batch(std::span<PrefillItem> items, bool all_rows = false) const {
+    int& calls = all_rows ? verify_calls : prefill_calls;
+    int& most = all_rows ? most_verify_items : most_prefill_items;
+    ++calls;
+    most = std::max(most, int(items.size()));
+    return m->prefill_batch(items, all_rows);
+  }
+  Result<Snapshot> snapshot(const State& st, std::span<const int32_t> ids) const { return m->snapshot(st, ids); }
+  Status rollback(State& st, const Snapshot& sn, int keep) const { return m->rollback(st, sn, keep); }
+};
+using DrafterFn = int (*)(void*, std::span<const int32_t>, int, int32_t*);
+Result<SpecStep<BatchingTiny::Snapshot>> speculative_step(const BatchingTiny& b, BatchingTiny::State& st, int32_t y,
+                                                          int k, Sampler& s, DrafterFn d, void* ctx,
+                                                          std::span<const int32_t> g, SpecScratch& sc) {
+  return dsv41::speculative_step(*b.m, st, y, k, s, d, ctx, g, sc);
+}
+Result<BatchingTiny::Snapshot> speculative_draft(const BatchingTiny& b, const BatchingTiny::State& st, int32_t y, int k,
+                                                 Sampler& s, DrafterFn d, void* ctx, std::span<const int32_t> g,
+                                                 SpecScratch& sc) {
+  return dsv41::speculative_draft(*b.m, st, y, k, s, d, ctx, g, sc);
+}
+}  // namespace
+
+TEST_CASE("engine: batched prefill and batched verify (a backend that batches) equal generate() alone", "[engine][spec]") {
+  BatchingTiny bm{&tiny()};
+  for (const bool batch : {true, false}) {
+    INFO("batch_prefill " << batch);
+    EngineOptions o;
+    o.step_tokens = 64;
+    o.max_running = 5;
+    o.batch_prefill = batch;
+    std::vector<Request> reqs;
+    reqs.push_back(make_request(8, 91, 12));
+    reqs.push_back(make_request(11, 92, 12, sampled(0.9f, 31)));
+    reqs.push_back(make_request(5, 93, 12));
+    reqs.push_back(make_request(9, 94, 12, sampled(1.1f, 32, 20)));
+    reqs.push_back(make_request(13, 95, 12));
+    for (int i : {0, 1, 3}) reqs[size_t(i)].speculative = true;
+    std::vector<GenerateResult> want;
+    for (const auto& r : reqs) want.push_back(alone(r));
+    bm.prefill_calls = bm.most_prefill_items = bm.verify_calls = bm.most_verify_items = 0;
+    auto made = Engine<BatchingTiny>::make(bm, o);
+    REQUIRE(made.ok());
+    auto& e = *made;
+    std::vector<RequestId> ids;
+    for (const auto& r : reqs) ids.push_back(*e.submit(r));
+    e.run_until_idle(300);
+    REQUIRE(e.idle());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      INFO("request " << i);
+      auto ri = e.poll(ids[i]);
+      REQUIRE(ri.ok());
+      CHECK(*e.take_tokens(ids[i]) == want[i].tokens);
+      CHECK(ri->accepted == want[i].accepted);
+      CHECK(ri->finish == expected_finish(want[i].finish));
+    }
+    if (batch) {
+      CHECK(bm.most_prefill_items == 5);  // all five prompts fit the first step's budget: one batched prefill
+      CHECK(bm.most_verify_items >= 2);   // speculative requests' verify blocks shared a forward
+    } else {
+      CHECK(bm.prefill_calls == 0);
+      CHECK(bm.verify_calls == 0);
+    }
+  }
+}

@@ -5,7 +5,8 @@
 // the backend batches sequences: EngineOptions::batch_prefill), so a long prompt delays the
 // decodes by at most one budget per step. Each request samples with its own RNG seeded by its options, so
 // its tokens do not depend on what it was batched with (as far as batched decode equals single decode and
-// prefill is chunk-invariant, as on the CPU backend).
+// prefill is chunk-invariant, as on the CPU backend; on the GPU a batch's row count can pick other kernels, e.g.
+// wo_a on cuBLASLt above 64 rows, so a request's bits may differ from its run alone).
 //
 // Speculative requests draft with DSpark and verify in a forward of their own inside the same step; with a
 // session store (set_session) requests resume from stored prefixes and record their block boundaries.

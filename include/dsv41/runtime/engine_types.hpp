@@ -40,7 +40,9 @@ struct EngineOptions {
   int prefill_chunk = 0;        // most prompt tokens of one request per forward; 0 = what the budget leaves
   bool round_robin_prefill = false;  // prefill order: false = first admitted first, true = rotate each step
   // A step's prefill chunks (those without images) in one forward where the backend batches sequences (the
-  // GPU's; Model::prefill_batch); false: one forward per chunk. The CPU runs them one by one either way.
+  // GPU's; Model::prefill_batch), and its speculative verify blocks in another; false: one forward each. The CPU
+  // runs them one by one either way. An invalid chunk fails its request alone; an error inside the shared
+  // forward (out of memory) fails every request of that forward, and the engine goes on.
   bool batch_prefill = true;
   // Threads a decode step may use where the backend runs sequences one by one (the CPU's): the step's sequences
   // in up to this many contiguous groups, the first on the stepping thread. Results do not depend on it.
