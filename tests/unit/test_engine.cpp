@@ -849,6 +849,10 @@ TEST_CASE("Model::prefill_batch on the CPU: each chunk as its own prefill; an in
   REQUIRE(m.prefill_batch(rows, /*all_rows=*/true).ok());
   CHECK(lc.size() == b.size() * size_t(m.shape().vocab_size));
   CHECK(lc == fc.logits);
+  // The same sequence twice is refused on every backend (the GPU's forward could not run both), nothing run.
+  std::vector<TinyModel::PrefillItem> twice = {{&sa, b, nullptr}, {&sa, b, nullptr}};
+  CHECK(m.prefill_batch(twice).code() == Code::invalid_argument);
+  CHECK(sa.pos == 11);
   // A null state is refused.
   std::vector<TinyModel::PrefillItem> null_item = {{nullptr, a, nullptr}};
   CHECK(m.prefill_batch(null_item).code() == Code::invalid_argument);

@@ -173,9 +173,11 @@ class Model {
   // the forward may leave every item's state damaged (as a failed prefill does).
   Status prefill_batch(std::span<PrefillItem> items, bool all_rows = false) const {
     if (items.empty()) return Status::Ok();
-    for (const PrefillItem& it : items) {
-      if (!it.state) return error(Code::invalid_argument, "prefill: null state");
-      DSV41_TRY(check_chunk(*it.state, it.ids));
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!items[i].state) return error(Code::invalid_argument, "prefill: null state");
+      for (size_t j = 0; j < i; ++j)
+        if (items[j].state == items[i].state) return error(Code::invalid_argument, "prefill: a sequence appears twice");
+      DSV41_TRY(check_chunk(*items[i].state, items[i].ids));
     }
     if constexpr (Ops::batches_decode) {
       if (items.size() > 1) {
