@@ -1,5 +1,5 @@
 // The block-scaled GEMM kernels' precision on the GPU (a bench program, not a test): a dense SwiGLU GEMM (M x 512
-// x 1024, random E4M3 activations, FP8 or FP4 weights) on the register, staged (mma.sync) and staged wgmma kernels,
+// x 1024, random E4M3 activations, FP8 or FP4 weights) on the register, staged (mma.sync), staged E4M3 wgmma and BF16 wgmma kernels,
 // their bit differences row by row and run to run, then y = x·wᵀ against a double-precision sum of the same
 // dequantized operands (errors in BF16 ulps of the exact value). Session 14 found the wgmma sums are not FP32's.
 //   nvcc -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -O3 -Iinclude \
@@ -10,7 +10,7 @@
 #include <random>
 #include <cmath>
 #include <cstring>
-#include <dsv41/backend/cuda/kernels/gemm_staged.cuh>
+#include <dsv41/backend/cuda/kernels/gemm_wgmma_bf16.cuh>
 #include <dsv41/numeric/formats.hpp>
 using namespace dsv41::gpu;
 template <class T> T* up(const std::vector<T>& v) { T* p; cudaMalloc(&p, v.size() * sizeof(T) + 64); cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice); return p; }
@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
   SkinnyParams p;
   p.w1 = {up(w1), up(s1), 0, 0}; p.w3 = {up(w3), up(s3), 0, 0};
   p.N = N; p.K = K; p.xc = up(xc); p.xe = up(xe); p.M = M; p.ldy = N;
+  bf16_t* xb; cudaMalloc(&xb, size_t(M) * K * 2); p.xb = xb;
+  if (!act_bf16_perm(p.xc, p.xe, M, K, xb, nullptr).ok()) std::printf("error act_bf16_perm\n");
   bf16_t* y; cudaMalloc(&y, size_t(M) * N * 2); p.y = y;
   auto run = [&](SkinnyKernel k) {
     cudaMemset(y, 0xFF, size_t(M) * N * 2);
@@ -45,9 +47,13 @@ int main(int argc, char** argv) {
   };
   auto bf = [](uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; memcpy(&f, &u, 4); return f; };
   const auto r = run(SkinnyKernel::registers), st = run(SkinnyKernel::staged), w = run(SkinnyKernel::wgmma), w2 = run(SkinnyKernel::wgmma);
-  int dst = 0, dw = 0, dww = 0;
-  for (size_t i = 0; i < r.size(); ++i) { dst += r[i] != st[i]; dw += r[i] != w[i]; dww += w[i] != w2[i]; }
-  std::printf("%s M=%d: staged vs register %d diffs, wgmma vs register %d, wgmma run-to-run %d (of %zu)\n", fp4 ? "FP4" : "FP8", M, dst, dw, dww, r.size());
+  const auto b = run(SkinnyKernel::wgmma_bf16), b2 = run(SkinnyKernel::wgmma_bf16);
+  int dst = 0, dw = 0, dww = 0, db = 0, dbb = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    dst += r[i] != st[i]; dw += r[i] != w[i]; dww += w[i] != w2[i]; db += r[i] != b[i]; dbb += b[i] != b2[i];
+  }
+  std::printf("%s M=%d: staged vs register %d diffs, wgmma vs register %d, wgmma run-to-run %d, wgmma-bf16 vs register %d, wgmma-bf16 run-to-run %d (of %zu)\n",
+              fp4 ? "FP4" : "FP8", M, dst, dw, dww, db, dbb, r.size());
   std::vector<int> rows, cols(N);
   for (int m = 0; m < M; ++m) {
     int c = 0; double mr = 0;
@@ -69,9 +75,9 @@ int main(int argc, char** argv) {
       cudaMemcpy(h.data(), y, h.size() * 2, cudaMemcpyDeviceToHost);
       return h;
     };
-    const auto yr = run1(SkinnyKernel::registers), yw = run1(SkinnyKernel::wgmma);
-    double er = 0, ew = 0, ur = 0, uw = 0;
-    int nr = 0, nw = 0;
+    const auto yr = run1(SkinnyKernel::registers), yw = run1(SkinnyKernel::wgmma), yb = run1(SkinnyKernel::wgmma_bf16);
+    double er = 0, ew = 0, ur = 0, uw = 0, eb = 0, ub = 0;
+    int nr = 0, nw = 0, nb = 0;
     for (int m = 0; m < M; ++m)
       for (int n = 0; n < N; ++n) {
         double ex = 0, l1 = 0;
@@ -88,12 +94,15 @@ int main(int argc, char** argv) {
         }
         const double ulp = std::ldexp(1.0, std::max(-133, int(std::floor(std::log2(std::fabs(ex) + 1e-300))) - 7));
         const double dr = std::fabs(bf(yr[size_t(m) * N + n]) - ex), dw = std::fabs(bf(yw[size_t(m) * N + n]) - ex);
+        const double dbf = std::fabs(bf(yb[size_t(m) * N + n]) - ex);
+        eb = std::max(eb, dbf / l1); ub = std::max(ub, dbf / ulp); nb += dbf > 0.5 * ulp * 1.0001;
         er = std::max(er, dr / l1); ew = std::max(ew, dw / l1);
         ur = std::max(ur, dr / ulp); uw = std::max(uw, dw / ulp);
         nr += dr > 0.5 * ulp * 1.0001; nw += dw > 0.5 * ulp * 1.0001;
       }
     std::printf("  exact check (no SwiGLU): register max err/L1 %.3g, max %.3g ulps, %d beyond half an ulp; wgmma max err/L1 %.3g, max %.3g ulps, %d beyond half an ulp\n",
                 er, ur, nr, ew, uw, nw);
+    std::printf("  exact check: wgmma-bf16 max err/L1 %.3g, max %.3g ulps, %d beyond half an ulp (of %d)\n", eb, ub, nb, M * N);
   }
   int nc = 0; for (int n = 0; n < N; ++n) nc += cols[n] > 0;
   std::printf("  %d of %d columns have a diff; first cols:", nc, N);

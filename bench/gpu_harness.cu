@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
         for (int T : moe_t) {
           rows.push_back(mb.run(T));
           rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::wgmma));
+          rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::wgmma_bf16));
         }
         return;
       }
@@ -124,6 +125,7 @@ int main(int argc, char** argv) {
         rows.push_back(mb.run(T, 16, gpu::SkinnyKernel::registers));
         for (int tile : {16, 32, 64}) rows.push_back(mb.run(T, tile, gpu::SkinnyKernel::staged));
         for (int tile : {16, 32, 64}) rows.push_back(mb.run(T, tile, gpu::SkinnyKernel::wgmma));
+        for (int tile : {16, 32, 64}) rows.push_back(mb.run(T, tile, gpu::SkinnyKernel::wgmma_bf16));
       }
     });
     std::printf("\n");

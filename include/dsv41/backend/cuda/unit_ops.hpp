@@ -23,8 +23,15 @@ struct BlockWork {
 };
 
 class UnitOps : public HookCopies {
+ public:
+  // The MoE GEMMs' kernel (MoeShape::kernel). automatic: register or staged, the same bits at any row count;
+  // wgmma_bf16: faster at prefill, its sums in the tensor core's order (gemm_wgmma_bf16.cuh), not the same bits.
+  void set_moe_kernel(SkinnyKernel k) { moe_kernel_ = k; }
+  SkinnyKernel moe_kernel() const { return moe_kernel_; }
+
  protected:
   using HookCopies::HookCopies;
+  SkinnyKernel moe_kernel_ = SkinnyKernel::automatic;
 
   // §4.7 Engram on all streams of H [S, hc, d]. comm: the table's rows are split over ranks; each rank gathers
   // the rows it holds (zeros elsewhere) and comm sums them (one holder per row: exact).
@@ -143,6 +150,7 @@ class UnitOps : public HookCopies {
     ms.norm_topk = s_.norm_topk_prob;
     ms.e_begin = w.expert_first;
     ms.e_end = w.expert_first + w.experts_held;
+    ms.kernel = moe_kernel_;
     MoeWeights mw;
     mw.gate = w.gate.bf16();
     mw.bias = w.gate_bias;

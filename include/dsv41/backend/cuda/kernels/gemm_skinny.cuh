@@ -30,6 +30,7 @@ struct SkinnyParams {
   int N = 0, K = 0;
   const uint8_t* xc = nullptr;  // activation codes [*, K]
   const uint8_t* xe = nullptr;  // activation exponents [*, K/32]
+  const bf16_t* xb = nullptr;   // BF16 wgmma kernel only: act_bf16_perm of xc, xe [*, K] (gemm_wgmma_bf16.cuh)
   const int* row_src = nullptr;        // output row p reads activation row row_src[p] (nullptr: p)
   const float* row_weight = nullptr;   // SwiGLU: weight of output row p (nullptr: none)
   const RowTile* tiles = nullptr;      // nullptr: dense tiles of 64 rows over [0, M)

@@ -275,17 +275,4 @@ inline Status gemm_staged(const SkinnyParams& p, int max_tiles, int max_rows, bo
   return go(staged_gemm_kernel<F, SWIGLU, 8, false>, Layout<F, SWIGLU, 8>::SMEM);
 }
 
-// Which kernel a grouped or dense prefill GEMM takes: the register kernel (gemm_skinny), the staged one on mma.sync
-// or on wgmma (opt-in, see above), or (auto) the staged mma.sync one where it fits and the call has at least
-// min_rows rows. Register and staged give the same bits.
-enum class SkinnyKernel : int { automatic = 0, registers = 1, staged = 2, wgmma = 3 };
-template <WFmt F, bool SWIGLU>
-inline Status gemm_skinny_or_staged(const SkinnyParams& p, int max_tiles, int max_rows, SkinnyKernel k, int min_rows,
-                                    cudaStream_t stream) {
-  const bool staged = k != SkinnyKernel::registers && gemm_staged_fits(p) && (!p.tiles || max_rows <= 64) &&
-                      (k == SkinnyKernel::staged || k == SkinnyKernel::wgmma || p.M >= min_rows);
-  if (staged) return gemm_staged<F, SWIGLU>(p, max_tiles, max_rows, k == SkinnyKernel::wgmma, stream);
-  return gemm_skinny<F, SWIGLU>(p, max_tiles, max_rows, stream);
-}
-
 }  // namespace dsv41::gpu

@@ -16,7 +16,7 @@
 
 #include <dsv41/backend/cuda/kernels/common.cuh>
 #include <dsv41/backend/cuda/kernels/gemm.cuh>
-#include <dsv41/backend/cuda/kernels/gemm_staged.cuh>
+#include <dsv41/backend/cuda/kernels/gemm_wgmma_bf16.cuh>
 #include <dsv41/backend/cuda/kernels/quant.cuh>
 #include <dsv41/parallel/communicator.hpp>
 
@@ -61,6 +61,7 @@ struct MoeWork {
   bf16_t* ys;                        // [P, d]
   bf16_t* hs; uint8_t* hsc; uint8_t* hse;    // shared: [T, I]
   bf16_t* sh;                        // [T, d]
+  bf16_t* xb; bf16_t* hb;            // BF16 wgmma kernel only: act_bf16_perm of xc [T, d], hc [P, I]
   float* gemm_ws; size_t gemm_ws_bytes;
   void* cub_tmp; size_t cub_sort_bytes, cub_hist_bytes, cub_scan_bytes;
   int max_tiles;
@@ -74,10 +75,11 @@ constexpr int kMoeTile = 16;  // the smallest expert tile (moe_max_tiles counts 
 constexpr int kMoeStagedRows = 512;
 inline bool moe_staged(const MoeShape& s) {
   return s.kernel == SkinnyKernel::staged || s.kernel == SkinnyKernel::wgmma ||
-         (s.kernel == SkinnyKernel::automatic && s.T * s.k >= kMoeStagedRows);
+         s.kernel == SkinnyKernel::wgmma_bf16 || (s.kernel == SkinnyKernel::automatic && s.T * s.k >= kMoeStagedRows);
 }
 inline const char* moe_kernel_name(const MoeShape& s) {
-  return !moe_staged(s) ? "register" : s.kernel == SkinnyKernel::wgmma ? "wgmma" : "staged";
+  return !moe_staged(s) ? "register" : s.kernel == SkinnyKernel::wgmma ? "wgmma" :
+         s.kernel == SkinnyKernel::wgmma_bf16 ? "wgmma-bf16" : "staged";
 }
 // Rows per expert tile. The outputs are the same bits for any tile (each element's sum runs over K in the same
 // order). The register kernel takes 16: 64-row tiles read each expert's weights once per 64 rows instead of 16 but
@@ -120,6 +122,9 @@ inline size_t moe_layout(const MoeShape& s, uint8_t* base, MoeWork* w) {
   v.ys = reinterpret_cast<bf16_t*>(take(P * d * 2));
   v.hs = reinterpret_cast<bf16_t*>(take(T * I * 2)); v.hsc = take(T * I); v.hse = take(T * I / 32);
   v.sh = reinterpret_cast<bf16_t*>(take(T * d * 2));
+  const bool wb = s.kernel == SkinnyKernel::wgmma_bf16;
+  v.xb = wb ? reinterpret_cast<bf16_t*>(take(T * d * 2)) : nullptr;
+  v.hb = wb ? reinterpret_cast<bf16_t*>(take(P * I * 2)) : nullptr;
   v.gemm_ws_bytes = std::max({gemm_workspace_bytes(s.T, s.E, s.d), 2 * gemm_workspace_bytes(s.T, s.I, s.d),
                               gemm_workspace_bytes(s.T, s.d, s.I)});
   v.gemm_ws = reinterpret_cast<float*>(take(v.gemm_ws_bytes));
@@ -401,6 +406,7 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
   const int T = s.T, P = s.T * s.k;
   // 1. quantize x, gate logits in FP32, routing.
   DSV41_TRY(act_quant_fp8(x, s.d, T, s.d, w.xc, w.xe, nullptr, stream));
+  if (w.xb) DSV41_TRY(act_bf16_perm(w.xc, w.xe, T, s.d, w.xb, stream));
   // Gate logits in FP32 on the CUDA cores (exact products, FP32 sums): the BF16 tensor-core GEMM's
   // truncated accumulation moved logits by up to 3.4e-4 relative, enough to flip near-tied routing.
   const bool vec = s.d % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(W.gate) % 16 == 0;
@@ -440,22 +446,23 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
   DSV41_TRY(launch_status("moe rows"));
   // 3. routed experts: h = SwiGLU(w1, w3) with routing weight, then ys = w2(act_quant(h)).
   SkinnyParams p1;
-  p1.w1 = W.w1; p1.w3 = W.w3; p1.N = s.I; p1.K = s.d; p1.xc = w.xc; p1.xe = w.xe;
+  p1.w1 = W.w1; p1.w3 = W.w3; p1.N = s.I; p1.K = s.d; p1.xc = w.xc; p1.xe = w.xe; p1.xb = w.xb;
   p1.row_src = w.row_src; p1.row_weight = w.row_w; p1.tiles = w.tiles; p1.n_tiles = w.n_tiles;
   p1.M = P; p1.y = w.h; p1.ldy = s.I; p1.limit = s.limit;
   const int max_rows = tile;
   SkinnyParams p2;
-  p2.w1 = W.w2; p2.N = s.d; p2.K = s.I; p2.xc = w.hc; p2.xe = w.he; p2.tiles = w.tiles; p2.n_tiles = w.n_tiles;
+  p2.w1 = W.w2; p2.N = s.d; p2.K = s.I; p2.xc = w.hc; p2.xe = w.he; p2.xb = w.hb; p2.tiles = w.tiles; p2.n_tiles = w.n_tiles;
   p2.M = P; p2.y = w.ys; p2.ldy = s.d;
   const int min_rows = s.kernel == SkinnyKernel::automatic ? detail::kMoeStagedRows : 0;
   DSV41_TRY((gemm_skinny_or_staged<WFmt::FP4, true>(p1, w.max_tiles, max_rows, s.kernel, min_rows, stream)));
   DSV41_TRY(act_quant_fp8(w.h, s.I, P, s.I, w.hc, w.he, nullptr, stream));
+  if (w.hb) DSV41_TRY(act_bf16_perm(w.hc, w.he, P, s.I, w.hb, stream));
   if (comm) DSV41_CUDA_TRY(cudaMemsetAsync(w.ys, 0, size_t(P) * s.d * sizeof(bf16_t), stream), "moe rows");
   DSV41_TRY((gemm_skinny_or_staged<WFmt::FP4, false>(p2, w.max_tiles, max_rows, s.kernel, min_rows, stream)));
   if (comm) DSV41_TRY(comm->all_reduce_sum(w.ys, size_t(P) * s.d, parallel::Elem::bf16, stream));
   // 4. shared expert (no routing weight).
   SkinnyParams q1;
-  q1.w1 = W.s1; q1.w3 = W.s3; q1.N = s.I; q1.K = s.d; q1.xc = w.xc; q1.xe = w.xe; q1.M = T; q1.y = w.hs;
+  q1.w1 = W.s1; q1.w3 = W.s3; q1.N = s.I; q1.K = s.d; q1.xc = w.xc; q1.xe = w.xe; q1.xb = w.xb; q1.M = T; q1.y = w.hs;
   q1.ldy = s.I; q1.limit = s.limit;
   const int ks = detail::skinny_ksplit(T, s.I, s.d);  // split-K at decode, SwiGLU applied after the reduce
   if (ks > 1 && w.gemm_ws_bytes >= 2 * size_t(ks) * T * s.I * sizeof(float)) {
