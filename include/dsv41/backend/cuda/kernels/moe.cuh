@@ -33,7 +33,7 @@ struct MoeShape {
   bool norm_topk = true;
   int e_begin = 0, e_end = -1;  // routed experts held (the weights' group 0 is e_begin); e_end −1: all E
   int tile_rows = 0;            // rows per expert tile, 16..64 (0: automatic, see moe_tile_rows)
-  SkinnyKernel kernel = SkinnyKernel::automatic;  // expert and shared-expert GEMMs (register / staged: same bits)
+  SkinnyKernel kernel = SkinnyKernel::automatic;  // expert and shared-expert GEMMs (see moe_bf16_routed)
 };
 
 struct MoeWeights {
@@ -70,16 +70,22 @@ struct MoeWork {
 namespace detail {
 
 constexpr int kMoeTile = 16;  // the smallest expert tile (moe_max_tiles counts with it)
-// From this many routed rows (T·k) on, the expert GEMMs take the staged kernel (gemm_staged.cuh), and the shared
-// expert from 65 tokens on.
+// From this many routed rows (T·k) on, the routed expert GEMMs take the BF16 wgmma kernel (gemm_wgmma_bf16.cuh;
+// before session 16 the staged one), and the shared expert the staged kernel (gemm_staged.cuh) from 65 tokens on.
 constexpr int kMoeStagedRows = 512;
 inline bool moe_staged(const MoeShape& s) {
   return s.kernel == SkinnyKernel::staged || s.kernel == SkinnyKernel::wgmma ||
          s.kernel == SkinnyKernel::wgmma_bf16 || (s.kernel == SkinnyKernel::automatic && s.T * s.k >= kMoeStagedRows);
 }
+// The routed experts' FP4 GEMMs take the BF16 wgmma kernel when asked and, automatically, from kMoeStagedRows
+// routed rows on: on FP4 weights it is as exact as the register kernel against a double sum (bench/gemm_precision.cu,
+// notes/gpu.md session 16) but not the same bits. The shared expert (FP8) keeps the staged kernel unless asked.
+inline bool moe_bf16_routed(const MoeShape& s) {
+  return s.kernel == SkinnyKernel::wgmma_bf16 || (s.kernel == SkinnyKernel::automatic && s.T * s.k >= kMoeStagedRows);
+}
 inline const char* moe_kernel_name(const MoeShape& s) {
   return !moe_staged(s) ? "register" : s.kernel == SkinnyKernel::wgmma ? "wgmma" :
-         s.kernel == SkinnyKernel::wgmma_bf16 ? "wgmma-bf16" : "staged";
+         s.kernel == SkinnyKernel::wgmma_bf16 ? "wgmma-bf16" : moe_bf16_routed(s) ? "wgmma-bf16 routed, staged shared" : "staged";
 }
 // Rows per expert tile. The outputs are the same bits for any tile (each element's sum runs over K in the same
 // order). The register kernel takes 16: 64-row tiles read each expert's weights once per 64 rows instead of 16 but
@@ -122,7 +128,7 @@ inline size_t moe_layout(const MoeShape& s, uint8_t* base, MoeWork* w) {
   v.ys = reinterpret_cast<bf16_t*>(take(P * d * 2));
   v.hs = reinterpret_cast<bf16_t*>(take(T * I * 2)); v.hsc = take(T * I); v.hse = take(T * I / 32);
   v.sh = reinterpret_cast<bf16_t*>(take(T * d * 2));
-  const bool wb = s.kernel == SkinnyKernel::wgmma_bf16;
+  const bool wb = moe_bf16_routed(s);
   v.xb = wb ? reinterpret_cast<bf16_t*>(take(T * d * 2)) : nullptr;
   v.hb = wb ? reinterpret_cast<bf16_t*>(take(P * I * 2)) : nullptr;
   v.gemm_ws_bytes = std::max({gemm_workspace_bytes(s.T, s.E, s.d), 2 * gemm_workspace_bytes(s.T, s.I, s.d),
@@ -454,15 +460,17 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
   p2.w1 = W.w2; p2.N = s.d; p2.K = s.I; p2.xc = w.hc; p2.xe = w.he; p2.xb = w.hb; p2.tiles = w.tiles; p2.n_tiles = w.n_tiles;
   p2.M = P; p2.y = w.ys; p2.ldy = s.d;
   const int min_rows = s.kernel == SkinnyKernel::automatic ? detail::kMoeStagedRows : 0;
-  DSV41_TRY((gemm_skinny_or_staged<WFmt::FP4, true>(p1, w.max_tiles, max_rows, s.kernel, min_rows, stream)));
+  const SkinnyKernel routed = detail::moe_bf16_routed(s) ? SkinnyKernel::wgmma_bf16 : s.kernel;
+  DSV41_TRY((gemm_skinny_or_staged<WFmt::FP4, true>(p1, w.max_tiles, max_rows, routed, min_rows, stream)));
   DSV41_TRY(act_quant_fp8(w.h, s.I, P, s.I, w.hc, w.he, nullptr, stream));
   if (w.hb) DSV41_TRY(act_bf16_perm(w.hc, w.he, P, s.I, w.hb, stream));
   if (comm) DSV41_CUDA_TRY(cudaMemsetAsync(w.ys, 0, size_t(P) * s.d * sizeof(bf16_t), stream), "moe rows");
-  DSV41_TRY((gemm_skinny_or_staged<WFmt::FP4, false>(p2, w.max_tiles, max_rows, s.kernel, min_rows, stream)));
+  DSV41_TRY((gemm_skinny_or_staged<WFmt::FP4, false>(p2, w.max_tiles, max_rows, routed, min_rows, stream)));
   if (comm) DSV41_TRY(comm->all_reduce_sum(w.ys, size_t(P) * s.d, parallel::Elem::bf16, stream));
   // 4. shared expert (no routing weight).
   SkinnyParams q1;
-  q1.w1 = W.s1; q1.w3 = W.s3; q1.N = s.I; q1.K = s.d; q1.xc = w.xc; q1.xe = w.xe; q1.xb = w.xb; q1.M = T; q1.y = w.hs;
+  q1.w1 = W.s1; q1.w3 = W.s3; q1.N = s.I; q1.K = s.d; q1.xc = w.xc; q1.xe = w.xe; q1.M = T;
+  if (s.kernel == SkinnyKernel::wgmma_bf16) q1.xb = w.xb; q1.y = w.hs;
   q1.ldy = s.I; q1.limit = s.limit;
   const int ks = detail::skinny_ksplit(T, s.I, s.d);  // split-K at decode, SwiGLU applied after the reduce
   if (ks > 1 && w.gemm_ws_bytes >= 2 * size_t(ks) * T * s.I * sizeof(float)) {
