@@ -6,8 +6,8 @@
 //
 //   bench_layer_stack [--config F] [--contexts 4096,131072] [--batches 1,8,64] [--warmup 3] [--steps 20] [--profile]
 //                     [--prefill 512,2048] [--long 32768,131072] [--chunk 4096] [--out FILE.md] [--check-config]
-//                     [--moe-kernel auto|staged|wgmma-bf16]  (staged: the MoE before session 16; wgmma-bf16: also
-//                     the shared expert)
+//                     [--moe-kernel auto|staged|wgmma-bf16|registers]  (staged: the MoE prefill before session 16;
+//                     wgmma-bf16: also the shared expert; registers: the decode MoE before session 17)
 //                     [--fixed] [--graph]
 //
 // --prefill T,...: also a prefill chunk of T tokens into a fresh sequence (position 0, no logits), timed the same way
@@ -177,7 +177,7 @@ struct Options {
   int chunk = 4096;
   int warmup = 3, steps = 20;
   bool check_config = false, profile = false;
-  gpu::SkinnyKernel moe_kernel = gpu::SkinnyKernel::automatic;  // --moe-kernel auto | staged | wgmma-bf16
+  gpu::SkinnyKernel moe_kernel = gpu::SkinnyKernel::automatic;  // --moe-kernel auto | staged | wgmma-bf16 | registers
   bool fixed = false;  // --fixed: gpu::Ops<configs::V41Flash> (the release's kernel sizes as template arguments)
   bool graph = false;  // --graph: also one captured step replayed as a CUDA graph (the GPU time without the host)
   uint64_t seed = 20261201;
@@ -511,7 +511,8 @@ int run_all(const ModelShape& s, const std::vector<LayerRole>& sched, const Size
   F& f = **fr;
   f.set_moe_kernel(opt.moe_kernel);
   if (opt.moe_kernel != gpu::SkinnyKernel::automatic)
-    std::printf("MoE GEMMs: %s kernel (--moe-kernel)\n", opt.moe_kernel == gpu::SkinnyKernel::staged ? "staged" : "BF16 wgmma");
+    std::printf("MoE GEMMs: %s kernel (--moe-kernel)\n", opt.moe_kernel == gpu::SkinnyKernel::staged ? "staged"
+                : opt.moe_kernel == gpu::SkinnyKernel::registers ? "register" : "BF16 wgmma");
   hw.reset();  // the device holds its own copy
   std::printf("weights uploaded: %.2f GB in %.1f s (%.1f GB/s); estimated %.2f GB\n",
               f.weight_bytes() / 1e9, t_up, f.weight_bytes() / 1e9 / t_up, z.total() / 1e9);
@@ -591,7 +592,8 @@ int main(int argc, char** argv) {
       if (k == "auto") opt.moe_kernel = gpu::SkinnyKernel::automatic;
       else if (k == "staged") opt.moe_kernel = gpu::SkinnyKernel::staged;
       else if (k == "wgmma-bf16") opt.moe_kernel = gpu::SkinnyKernel::wgmma_bf16;
-      else { std::fprintf(stderr, "--moe-kernel: auto, staged or wgmma-bf16\n"); return 2; }
+      else if (k == "registers") opt.moe_kernel = gpu::SkinnyKernel::registers;
+      else { std::fprintf(stderr, "--moe-kernel: auto, staged, wgmma-bf16 or registers\n"); return 2; }
     }
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
   }

@@ -9,6 +9,7 @@
 // masks alone. Range: weight scales up to 2^7 (FP8) or 2^1 (FP4), activation values not below 2^-133.
 #pragma once
 #include <dsv41/backend/cuda/kernels/gemm_staged.cuh>
+#include <dsv41/backend/cuda/kernels/gemm_stream.cuh>
 
 namespace dsv41::gpu {
 
@@ -285,21 +286,24 @@ inline Status gemm_wgbf16(const SkinnyParams& p, int max_tiles, int max_rows, cu
   return go(wgbf16_gemm_kernel<F, SWIGLU, 8>, Layout<F, SWIGLU, 8>::SMEM);
 }
 
-// Which kernel a grouped or dense prefill GEMM takes: the register kernel (gemm_skinny), the staged one on mma.sync
-// or on E4M3 wgmma (opt-in, not FP32 sums), the BF16 wgmma one (opt-in, needs p.xb; otherwise staged), or
-// (automatic) the staged mma.sync one where it fits and the call has at least min_rows rows. Register and staged give
-// the same bits.
-enum class SkinnyKernel : int { automatic = 0, registers = 1, staged = 2, wgmma = 3, wgmma_bf16 = 4 };
+// Which kernel a grouped or dense GEMM takes: the register kernel (gemm_skinny), the streaming one (gemm_stream: the
+// register kernel's math, weights through shared memory in long row pieces), the staged one on mma.sync or on E4M3
+// wgmma (opt-in, not FP32 sums), the BF16 wgmma one (opt-in, needs p.xb; otherwise staged), or (automatic) the staged
+// mma.sync one where it fits and the call has at least min_rows rows, below that the streaming one where it fits.
+// Register, streaming and staged give the same bits.
+enum class SkinnyKernel : int { automatic = 0, registers = 1, staged = 2, wgmma = 3, wgmma_bf16 = 4, stream = 5 };
 template <WFmt F, bool SWIGLU>
 inline Status gemm_skinny_or_staged(const SkinnyParams& p, int max_tiles, int max_rows, SkinnyKernel k, int min_rows,
                                     cudaStream_t stream) {
   const bool tiles_ok = !p.tiles || max_rows <= 64;
   if (k == SkinnyKernel::wgmma_bf16 && tiles_ok && gemm_wgbf16_fits(p))
     return gemm_wgbf16<F, SWIGLU>(p, max_tiles, max_rows, stream);
-  const bool staged = k != SkinnyKernel::registers && gemm_staged_fits(p) && tiles_ok &&
+  const bool staged = k != SkinnyKernel::registers && k != SkinnyKernel::stream && gemm_staged_fits(p) && tiles_ok &&
                       (k == SkinnyKernel::staged || k == SkinnyKernel::wgmma || k == SkinnyKernel::wgmma_bf16 ||
                        p.M >= min_rows);
   if (staged) return gemm_staged<F, SWIGLU>(p, max_tiles, max_rows, k == SkinnyKernel::wgmma, stream);
+  if (k != SkinnyKernel::registers && gemm_stream_fits(p, max_rows))
+    return gemm_stream<F, SWIGLU, stream_ks<F>()>(p, max_tiles, max_rows, stream);
   return gemm_skinny<F, SWIGLU>(p, max_tiles, max_rows, stream);
 }
 

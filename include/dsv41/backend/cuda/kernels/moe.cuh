@@ -84,11 +84,13 @@ inline bool moe_bf16_routed(const MoeShape& s) {
   return s.kernel == SkinnyKernel::wgmma_bf16 || (s.kernel == SkinnyKernel::automatic && s.T * s.k >= kMoeStagedRows);
 }
 inline const char* moe_kernel_name(const MoeShape& s) {
-  return !moe_staged(s) ? "register" : s.kernel == SkinnyKernel::wgmma ? "wgmma" :
+  return !moe_staged(s) ? (s.kernel == SkinnyKernel::registers ? "register" : "stream") :
+         s.kernel == SkinnyKernel::wgmma ? "wgmma" :
          s.kernel == SkinnyKernel::wgmma_bf16 ? "wgmma-bf16" : moe_bf16_routed(s) ? "wgmma-bf16 routed, staged shared" : "staged";
 }
 // Rows per expert tile. The outputs are the same bits for any tile (each element's sum runs over K in the same
-// order). The register kernel takes 16: 64-row tiles read each expert's weights once per 64 rows instead of 16 but
+// order). Below kMoeStagedRows the streaming kernel (gemm_stream.cuh, at most 16 rows per tile) or the register
+// kernel takes 16: 64-row tiles read each expert's weights once per 64 rows instead of 16 but
 // were slower on the H200 at every prefill size (it keeps fewer warps per SM at 64 rows): MoE layer T=2048 29.0 ms
 // against 18.5 ms on 16-row tiles (bench/README.md, session 12). The staged kernel takes the tile nearest the
 // mean rows per expert (16, 32 or 64).
