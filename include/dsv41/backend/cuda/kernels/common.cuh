@@ -41,7 +41,7 @@ constexpr int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 #if defined(__CUDACC__)
 // UE8M0 exponent byte -> 2^(e-127). Codes 1..254 are exact normals; 0 gives 2^-127 (subnormal).
 __device__ __forceinline__ float ue8m0_f(uint32_t e) {
-  return e ? __uint_as_float(e << 23) : __uint_as_float(0x00400000u);
+  return __uint_as_float(max(e << 23, 0x00400000u));  // e ≤ 255: e << 23 ≥ 2^23 > 0x00400000 unless e = 0
 }
 __device__ __forceinline__ float bf16r(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 __device__ __forceinline__ float bf2f(bf16_t x) { return __bfloat162float(x); }
@@ -87,6 +87,27 @@ __device__ __forceinline__ void mma_e4m3_zero(float (&d)[4], const uint32_t (&a)
       "{%10,%10,%10,%10};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
+}
+// Two E4M3 codes (the low or high half of w) -> f16x2 (exact).
+__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi) : "r"(w));
+}
+// mma_e4m3_zero as sm_90 runs it (its SASS: the operands widened to f16, then two m16n8k16 f16 mma, the first over
+// the low halves of every fragment register with C = 0, the second over the high halves accumulating), on operands
+// already widened: al/ah the A registers' low/high f16 pairs, bl/bh B's. Without the final add of C = 0 the
+// compiler appends to mma_e4m3_zero: that only turns a -0 sum into +0, which promote()'s fmaf into an accumulator
+// that starts at +0 cannot tell apart. The same bits as mma_e4m3_zero through promote (bench/gemm_stream.cu checks).
+__device__ __forceinline__ void mma_e4m3_zero_f16(float (&d)[4], const uint32_t (&al)[4], const uint32_t (&ah)[4],
+                                                  const uint32_t (&bl)[2], const uint32_t (&bh)[2]) {
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(al[0]), "r"(al[1]), "r"(al[2]), "r"(al[3]), "r"(bl[0]), "r"(bl[1]), "f"(0.f));
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(ah[0]), "r"(ah[1]), "r"(ah[2]), "r"(ah[3]), "r"(bh[0]), "r"(bh[1]));
 }
 // mma.sync m16n8k16 BF16 x BF16 -> FP32, accumulating into d.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

@@ -3,7 +3,9 @@
 // m16n8k32 E4M3 mma per 32-wide K block promoted into FP32 in K order; the same split-K ranges) with the weights and
 // their scales brought through warp-private shared memory by a cp.async pipeline of long row pieces (KS K blocks
 // per row per stage: 16·KS bytes of an FP4 row, 32·KS of an FP8 row), instead of 4-byte loads of 64-byte row pieces
-// 2.5 KB apart. Same operands, same operations, same order: the same bits as the register kernel.
+// 2.5 KB apart. Same operands, same operations, same order: the same bits as the register kernel. The E4M3 mma is
+// issued as the two f16 mma sm_90 turns it into (mma_e4m3_zero_f16), with the activation fragment widened once for
+// both matrices of the SwiGLU pair.
 // Warps run independently (no block-wide barrier); activations and their scales come from global memory (L1).
 #pragma once
 #include <dsv41/backend/cuda/kernels/gemm_skinny.cuh>
@@ -56,16 +58,17 @@ __global__ void __launch_bounds__(stream::THREADS) stream_gemm_kernel(const Skin
   const int nt = (rows + 7) / 8, nst = (kb1 - kb0 + KS - 1) / KS;
   uint8_t* const wsm = smem_stream + warp * STAGES * NW * L::MAT;
 
-  int xb[NTM], xs0[NTM], xs1[NTM];
+  // This thread's activation rows: B operand column g, scale columns 2t and 2t+1 of each 8-row tile.
+  const uint8_t *xrow[NTM], *xs0[NTM], *xs1[NTM];
 #pragma unroll
   for (int j = 0; j < NTM; ++j) {
     auto src = [&](int r) {
       r = min(r, rows - 1);
-      return p.row_src ? p.row_src[row0 + r] : row0 + r;
+      return int64_t(p.row_src ? p.row_src[row0 + r] : row0 + r);
     };
-    xb[j] = src(8 * j + g);
-    xs0[j] = src(8 * j + 2 * t);
-    xs1[j] = src(8 * j + 2 * t + 1);
+    xrow[j] = p.xc + src(8 * j + g) * K + 8 * t;
+    xs0[j] = p.xe + src(8 * j + 2 * t) * nkb;
+    xs1[j] = p.xe + src(8 * j + 2 * t + 1) * nkb;
   }
   const int64_t wrow = F == WFmt::FP8 ? K : K / 2;
   const uint8_t* wsrc[2];
@@ -127,10 +130,11 @@ __global__ void __launch_bounds__(stream::THREADS) stream_gemm_kernel(const Skin
 #pragma unroll
       for (int j = 0; j < NTM; ++j) {
         if (j < nt) {
+          const uint8_t* xp = xrow[j] + kb * 32;
 #pragma unroll
-          for (int u = 0; u < U; ++u) bx[j][u] = ldg_u2(p.xc + int64_t(xb[j]) * K + (kb + u) * 32 + 8 * t);
-          ex0[j] = ldg_u1(p.xe + int64_t(xs0[j]) * nkb + kb);
-          ex1[j] = ldg_u1(p.xe + int64_t(xs1[j]) * nkb + kb);
+          for (int u = 0; u < U; ++u) bx[j][u] = ldg_u2(xp + 32 * u);
+          ex0[j] = ldg_u1(xs0[j] + kb);
+          ex1[j] = ldg_u1(xs1[j] + kb);
         }
       }
       uint32_t ew[2][2];  // scale words of K blocks kb..kb+3: rows g and g+8 of each matrix
@@ -146,31 +150,39 @@ __global__ void __launch_bounds__(stream::THREADS) stream_gemm_kernel(const Skin
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        uint32_t a[2][4];
+        // A as f16 pairs: the low / high halves of the register kernel's E4M3 fragment registers (frag_a).
+        uint32_t al[2][4], ah[2][4];
 #pragma unroll
         for (int m = 0; m < NW; ++m) {
           const uint8_t* W = base + m * L::MAT + g * L::RS;
-          RawA<F> r;
+          uint32_t a[4];
           if constexpr (F == WFmt::FP8) {
-            r.g = *reinterpret_cast<const uint2*>(W + (u0 + u) * 32 + 8 * t);
-            r.g8 = *reinterpret_cast<const uint2*>(W + 8 * L::RS + (u0 + u) * 32 + 8 * t);
-          } else {
-            r.g = *reinterpret_cast<const uint32_t*>(W + (u0 + u) * 16 + 4 * t);
-            r.g8 = *reinterpret_cast<const uint32_t*>(W + 8 * L::RS + (u0 + u) * 16 + 4 * t);
+            const uint2 r0 = *reinterpret_cast<const uint2*>(W + (u0 + u) * 32 + 8 * t);
+            const uint2 r8 = *reinterpret_cast<const uint2*>(W + 8 * L::RS + (u0 + u) * 32 + 8 * t);
+            a[0] = r0.x; a[1] = r8.x; a[2] = r0.y; a[3] = r8.y;
+          } else {  // e2m1x4_to_e4m3x4 reads the low 16 bits only
+            const uint32_t r0 = *reinterpret_cast<const uint32_t*>(W + (u0 + u) * 16 + 4 * t);
+            const uint32_t r8 = *reinterpret_cast<const uint32_t*>(W + 8 * L::RS + (u0 + u) * 16 + 4 * t);
+            a[0] = e2m1x4_to_e4m3x4(r0); a[2] = e2m1x4_to_e4m3x4(r0 >> 16);
+            a[1] = e2m1x4_to_e4m3x4(r8); a[3] = e2m1x4_to_e4m3x4(r8 >> 16);
           }
-          frag_a<F>(a[m], r);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) e4m3x4_to_f16x2x2(a[q], al[m][q], ah[m][q]);
         }
         const float sw0 = sbyte(ew[0][0], u), sw1 = sbyte(ew[0][1], u);
         const float sw30 = SWIGLU ? sbyte(ew[NW - 1][0], u) : 0.f, sw31 = SWIGLU ? sbyte(ew[NW - 1][1], u) : 0.f;
 #pragma unroll
         for (int j = 0; j < NTM; ++j) {
           if (j < nt) {
+            uint32_t bl[2], bh[2];  // B widened once for both matrices
+            e4m3x4_to_f16x2x2(bx[j][u].x, bl[0], bh[0]);
+            e4m3x4_to_f16x2x2(bx[j][u].y, bl[1], bh[1]);
             const float sx0 = sbyte(ex0[j], u), sx1 = sbyte(ex1[j], u);
             float part[4];
-            mma_e4m3_zero(part, a[0], bx[j][u].x, bx[j][u].y);
+            mma_e4m3_zero_f16(part, al[0], ah[0], bl, bh);
             promote(acc[j], part, sw0, sw1, sx0, sx1);
             if constexpr (SWIGLU) {
-              mma_e4m3_zero(part, a[NW - 1], bx[j][u].x, bx[j][u].y);
+              mma_e4m3_zero_f16(part, al[NW - 1], ah[NW - 1], bl, bh);
               promote(acc3[j], part, sw30, sw31, sx0, sx1);
             }
           }
@@ -198,7 +210,7 @@ inline bool gemm_stream_fits(const SkinnyParams& p, int max_rows) {
 
 // K blocks per row per stage: 256-byte row pieces (FP4 SwiGLU: 108 KB of shared memory per CTA, 2 CTAs per SM).
 template <WFmt F>
-constexpr int stream_ks() { return F == WFmt::FP8 ? 8 : 16; }
+constexpr int stream_ks() { return 8; }
 
 // KS: K blocks per row per stage (a multiple of 4). Grid as gemm_skinny's 16-row variant.
 template <WFmt F, bool SWIGLU, int KS = stream_ks<F>()>
