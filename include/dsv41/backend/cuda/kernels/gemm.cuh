@@ -12,14 +12,14 @@
 // Kernels:
 //  - skinny (N % 16 == 0; M ≤ 64 rows per tile, "swapped": the weight rows are the mma's M side, the activation
 //    rows its N side; grouped over a row-tile list for MoE; split-K): decode shapes and the MoE expert GEMMs,
-//    in gemm_skinny.cuh;
+//    in gemm_skinny.cuh; its math with the weights streamed through shared memory (gemm_stream.cuh: the decode
+//    expert GEMMs, the same bits); staged / wgmma forms for prefill tiles (gemm_staged.cuh, gemm_wgmma_bf16.cuh);
 //  - wide (128x128 CTA tile, 3-stage cp.async pipeline, ldmatrix, swizzled shared memory): prefill.
 #pragma once
 #include <algorithm>
 
 #include <dsv41/backend/cuda/kernels/common.cuh>
 #include <dsv41/backend/cuda/kernels/gemm_skinny.cuh>
-#include <dsv41/backend/cuda/kernels/gemm_stream.cuh>
 
 namespace dsv41::gpu {
 
@@ -226,7 +226,7 @@ inline Status swiglu_splitk_reduce(const SkinnyParams& p, cudaStream_t stream) {
 }
 
 // y [M, N] (row stride ldy) = act_quant(x)·Wᵀ, x given as codes [M, K] + exps [M, K/32], W FP8.
-// N % 16 == 0, K % 32 == 0. M ≤ 64 (or N, K not multiples of 128): skinny kernel (streaming or register) with split-K into `workspace`
+// N % 16 == 0, K % 32 == 0. M ≤ 64 (or N, K not multiples of 128): skinny kernel with split-K into `workspace`
 // (gemm_workspace_bytes); otherwise the wide kernel.
 inline Status gemm_fp8(const uint8_t* xc, const uint8_t* xe, int M, const uint8_t* w, const uint8_t* ws, int N, int K,
                        bf16_t* y, int64_t ldy, float* workspace, size_t workspace_bytes, cudaStream_t stream) {
@@ -249,9 +249,9 @@ inline Status gemm_fp8(const uint8_t* xc, const uint8_t* xe, int M, const uint8_
   if (ks > 1 && (!workspace || workspace_bytes < size_t(ks) * M * N * sizeof(float))) ks = 1;
   p.ksplit = ks;
   p.partial = workspace;
-  // The streaming kernel where it fits (the register kernel's bits, long row pieces through shared memory).
-  if (gemm_stream_fits(p, M)) DSV41_TRY((gemm_stream<WFmt::FP8, false>(p, 0, M, stream)));
-  else DSV41_TRY((gemm_skinny<WFmt::FP8, false>(p, 0, M, stream)));
+  // The register kernel: the streaming one (gemm_stream.cuh) was 0.94-1.06x of it on the dense FP8 decode shapes
+  // (bench/gemm_stream.cu, notes/gpu.md session 17 run 3).
+  DSV41_TRY((gemm_skinny<WFmt::FP8, false>(p, 0, M, stream)));
   if (ks > 1) {
     const int64_t n = int64_t(M) * N;
     detail::splitk_reduce_kernel<<<unsigned(ceil_div64(n, 256)), 256, 0, stream>>>(workspace, ks, M, N, y, ldy, nullptr);

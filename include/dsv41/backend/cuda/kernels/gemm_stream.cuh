@@ -1,9 +1,10 @@
 // SPEC §3.4 block-scaled GEMMs on the GPU, the streaming skinny kernel for decode: the register kernel's math
 // (skinny_gemm_kernel: 16 weight rows per warp as the mma's M side, up to 16 activation rows as its N side, one
 // m16n8k32 E4M3 mma per 32-wide K block promoted into FP32 in K order; the same split-K ranges) with the weights and
-// their scales brought through warp-private shared memory by a cp.async pipeline of long row pieces (KS K blocks
-// per row per stage: 16·KS bytes of an FP4 row, 32·KS of an FP8 row), instead of 4-byte loads of 64-byte row pieces
-// 2.5 KB apart. Same operands, same operations, same order: the same bits as the register kernel. The E4M3 mma is
+// their scales brought through warp-private shared memory by a 3-stage cp.async pipeline of row pieces (KS K blocks
+// per row per stage: 16·KS bytes of an FP4 row, 32·KS of an FP8 row), instead of each warp's 4-byte loads waiting
+// before its mma. What bounds it is instructions, not the access pattern: longer pieces (KS 16, 32) were slower
+// (fewer CTAs per SM; notes/gpu.md session 17). Same operands, same operations, same order: the same bits as the register kernel. The E4M3 mma is
 // issued as the two f16 mma sm_90 turns it into (mma_e4m3_zero_f16), with the activation fragment widened once for
 // both matrices of the SwiGLU pair.
 // Warps run independently (no block-wide barrier); activations and their scales come from global memory (L1).
@@ -208,7 +209,7 @@ inline bool gemm_stream_fits(const SkinnyParams& p, int max_rows) {
          wok(p.w1) && (!p.w3.w || wok(p.w3)) && al(p.xc, 8) && al(p.xe, 4);
 }
 
-// K blocks per row per stage: 256-byte row pieces (FP4 SwiGLU: 108 KB of shared memory per CTA, 2 CTAs per SM).
+// K blocks per row per stage: 8 (FP4 SwiGLU: 58 KB of shared memory per CTA, 3 CTAs per SM); 16 and 32 were slower.
 template <WFmt F>
 constexpr int stream_ks() { return 8; }
 

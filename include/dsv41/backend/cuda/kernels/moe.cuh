@@ -84,7 +84,8 @@ inline bool moe_bf16_routed(const MoeShape& s) {
   return s.kernel == SkinnyKernel::wgmma_bf16 || (s.kernel == SkinnyKernel::automatic && s.T * s.k >= kMoeStagedRows);
 }
 inline const char* moe_kernel_name(const MoeShape& s) {
-  return !moe_staged(s) ? (s.kernel == SkinnyKernel::registers ? "register" : "stream") :
+  return !moe_staged(s) ? (s.kernel == SkinnyKernel::registers ? "register" : s.kernel == SkinnyKernel::stream ? "stream"
+                           : "stream routed, register shared") :
          s.kernel == SkinnyKernel::wgmma ? "wgmma" :
          s.kernel == SkinnyKernel::wgmma_bf16 ? "wgmma-bf16" : moe_bf16_routed(s) ? "wgmma-bf16 routed, staged shared" : "staged";
 }
