@@ -11,7 +11,7 @@ mkdir -p "$WORK"
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_C_COMPILER=clang-14 \
   -DDSV41_FUZZ=ON -DDSV41_CUDA=OFF > "$WORK/cmake.log" 2>&1 || { tail -20 "$WORK/cmake.log"; exit 1; }
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(config safetensors tokenizer chat session_blocks server_request image)
+[[ ${#targets[@]} -gt 0 ]] || targets=(config safetensors checkpoint_index tokenizer chat session_blocks server_request image)
 for t in "${targets[@]}"; do
   cmake --build "$B" --target fuzz_$t -j "${JOBS:-1}" > "$WORK/build_$t.log" 2>&1 || { echo "$t: build failed"; tail -5 "$WORK/build_$t.log"; continue; }
   mkdir -p "$WORK/$t/corpus" "$WORK/$t/artifacts"
