@@ -45,6 +45,21 @@ struct SkinnyParams {
 
 namespace detail {
 
+// This CTA's row tile (blockIdx.x): from the tile list (false past *p.n_tiles), or the dense tiles of R rows over
+// [0, p.M). Every skinny-side kernel starts here.
+__device__ __forceinline__ bool cta_tile(const SkinnyParams& p, int R, int& group, int& row0, int& rows) {
+  group = 0;
+  if (p.tiles) {
+    if (int(blockIdx.x) >= *p.n_tiles) return false;
+    const RowTile rt = p.tiles[blockIdx.x];
+    group = rt.group; row0 = rt.row0; rows = rt.rows;
+  } else {
+    row0 = blockIdx.x * R;
+    rows = min(R, p.M - row0);
+  }
+  return true;
+}
+
 __device__ __forceinline__ uint2 ldg_u2(const uint8_t* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
 __device__ __forceinline__ uint32_t ldg_u1(const uint8_t* p) { return __ldg(reinterpret_cast<const unsigned int*>(p)); }
 
@@ -149,17 +164,10 @@ template <WFmt F, bool SWIGLU, int NTM>
 __global__ void __launch_bounds__(128) skinny_gemm_kernel(const SkinnyParams p) {
   constexpr int U = NTM <= 2 ? 4 : 2, NTP = NTM < 2 ? NTM : 2;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  int group = 0, row0, rows;
   // grid: x = row tiles (fastest, so the CTAs that share a weight block run together), y = 64-row
   // weight blocks, z = K splits.
-  if (p.tiles) {
-    if (int(blockIdx.x) >= *p.n_tiles) return;
-    const RowTile rt = p.tiles[blockIdx.x];
-    group = rt.group; row0 = rt.row0; rows = rt.rows;
-  } else {
-    row0 = blockIdx.x * 8 * NTM;
-    rows = min(8 * NTM, p.M - row0);
-  }
+  int group, row0, rows;
+  if (!cta_tile(p, 8 * NTM, group, row0, rows)) return;
   const int K = p.K, nkb = K / 32;
   const int n0 = blockIdx.y * 64 + warp * 16;
   if (n0 >= p.N) return;  // N % 16 == 0: whole warps drop out (no block-wide synchronization below)

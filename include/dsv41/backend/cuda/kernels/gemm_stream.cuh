@@ -36,15 +36,8 @@ __global__ void __launch_bounds__(stream::THREADS) stream_gemm_kernel(const Skin
   static_assert(KS % U == 0, "KS: a multiple of 4 K blocks");
   extern __shared__ __align__(16) uint8_t smem_stream[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  int group = 0, row0, rows;
-  if (p.tiles) {
-    if (int(blockIdx.x) >= *p.n_tiles) return;
-    const RowTile rt = p.tiles[blockIdx.x];
-    group = rt.group; row0 = rt.row0; rows = rt.rows;
-  } else {
-    row0 = blockIdx.x * 8 * NTM;
-    rows = min(8 * NTM, p.M - row0);
-  }
+  int group, row0, rows;
+  if (!cta_tile(p, 8 * NTM, group, row0, rows)) return;
   const int K = p.K, nkb = K / 32;
   const int n0 = blockIdx.y * 64 + warp * 16;
   if (n0 >= p.N) return;  // whole warps drop out; nothing below synchronizes the block

@@ -119,19 +119,12 @@ __global__ void __launch_bounds__(wgbf16::THREADS) wgbf16_gemm_kernel(const Skin
   using wgbf16::KBS;
   using wgbf16::STAGES;
   using wgbf16::DIST;
-  constexpr int WB = staged::wrow_bytes<F>(), CPR = WB / 16;
+  constexpr int WB = staged::wrow_bytes<F>();
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* const smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  int group = 0, row0, rows;
-  if (p.tiles) {
-    if (int(blockIdx.x) >= *p.n_tiles) return;
-    const RowTile rt = p.tiles[blockIdx.x];
-    group = rt.group; row0 = rt.row0; rows = rt.rows;
-  } else {
-    row0 = blockIdx.x * L::R;
-    rows = min(L::R, p.M - row0);
-  }
+  int group, row0, rows;
+  if (!cta_tile(p, L::R, group, row0, rows)) return;
   const int K = p.K, nkb = K / 32, nst = nkb / KBS;
   const int nb0 = blockIdx.y * BN;
   const int64_t wrow = F == WFmt::FP8 ? K : K / 2;
@@ -153,19 +146,8 @@ __global__ void __launch_bounds__(wgbf16::THREADS) wgbf16_gemm_kernel(const Skin
     uint8_t* base = smem + buf * L::STAGE;
 #pragma unroll
     for (int m = 0; m < L::NW; ++m) {
-      uint8_t* wd = base + L::W_OFF + m * L::W;
-#pragma unroll
-      for (int q = 0; q < BN * CPR / wgbf16::THREADS; ++q) {
-        const int i = tid + wgbf16::THREADS * q, r = i / CPR, c = i % CPR;
-        const int pc = CPR == 4 ? staged::swz4(r, c) : staged::swz8(r, c);
-        cp_async16(wd + r * WB + pc * 16, wsrc[m] + int64_t(r) * wrow + int64_t(st) * WB + c * 16);
-      }
-      uint8_t* sd = base + L::WS_OFF + m * L::WS;
-      if constexpr (F == WFmt::FP4) {
-        if (tid < BN) cp_async4(sd + tid * 4, ssrc[m] + int64_t(nb0 + tid) * nkb + st * KBS);
-      } else {
-        if (tid < 2) cp_async4(sd + tid * 4, ssrc[m] + int64_t(nb0 / 32 + tid) * nkb + st * KBS);
-      }
+      staged::load_stage_weights<F>(base + L::W_OFF + m * L::W, base + L::WS_OFF + m * L::WS, wsrc[m], ssrc[m], wrow,
+                                    nkb, nb0, st, tid);
     }
 #pragma unroll
     for (int q = 0; q < XT; ++q) {
