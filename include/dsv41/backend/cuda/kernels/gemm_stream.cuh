@@ -3,10 +3,10 @@
 // m16n8k32 E4M3 mma per 32-wide K block promoted into FP32 in K order; the same split-K ranges) with the weights and
 // their scales brought through warp-private shared memory by a 3-stage cp.async pipeline of row pieces (KS K blocks
 // per row per stage: 16·KS bytes of an FP4 row, 32·KS of an FP8 row), instead of each warp's 4-byte loads waiting
-// before its mma. What bounds it is instructions, not the access pattern: longer pieces (KS 16, 32) were slower
-// (fewer CTAs per SM; notes/gpu.md session 17). Same operands, same operations, same order: the same bits as the register kernel. The E4M3 mma is
+// before its mma. Same operands, same operations, same order: the same bits as the register kernel. The E4M3 mma is
 // issued as the two f16 mma sm_90 turns it into (mma_e4m3_zero_f16), with the activation fragment widened once for
-// both matrices of the SwiGLU pair.
+// both matrices of the SwiGLU pair. What bounds it is instructions, not the access pattern: longer row pieces
+// (KS 16, 32) were slower (notes/gpu.md session 17).
 // Warps run independently (no block-wide barrier); activations and their scales come from global memory (L1).
 #pragma once
 #include <dsv41/backend/cuda/kernels/gemm_skinny.cuh>
