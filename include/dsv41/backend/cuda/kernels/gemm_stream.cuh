@@ -99,11 +99,7 @@ __global__ void __launch_bounds__(stream::THREADS) stream_gemm_kernel(const Skin
     }
   };
 
-  float acc[NTM][4], acc3[NTM][4];
-#pragma unroll
-  for (int j = 0; j < NTM; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[j][c] = acc3[j][c] = 0.f;
+  float acc[NTM][4] = {}, acc3[NTM][4] = {};
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
