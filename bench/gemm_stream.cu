@@ -2,7 +2,8 @@
 // blocks per row per stage), a bench program: the routed experts' grouped FP4 GEMMs at decode (E=384 top-6, d=5120,
 // I=2304; T tokens routed uniformly at random, tiles of <= 16 rows per expert; 8 routings rotated so the experts
 // change between calls) and the dense FP8 decode shapes through gemm_fp8's split-K (weights rotated past the L2).
-// Every streaming output is compared bit for bit with the register kernel's. Bytes: the weights read (experts hit)
+// Every streaming output is compared bit for bit with the register kernel's; the BF16 wgmma kernel (gemm_wgmma_bf16.cuh,
+// another summation by design) is timed beside them with its count of differing outputs. Bytes: the weights read (experts hit)
 // and their scales; % of the copy rate measured in the same run (cudaMemcpy d2d, read + write).
 //   nvcc -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -O3 -Iinclude \
 //        bench/gemm_stream.cu -lcublasLt -o build/gpu/gemm_stream && build/gpu/gemm_stream
@@ -41,19 +42,20 @@ void row(const char* op, const std::string& shape, const char* kernel, double us
   std::printf("| %s | %s | %s | %.1f | %.2f | %.2f | %.0f%% | %.0f%% | %.2fx | %s |\n", op, shape.c_str(), kernel, us,
               bytes / 1e6, tbs, 100 * tbs / copy_tbs, 100 * tbs / kCopyTBs, base_us / us,
               diffs < 0 ? "-" : diffs == 0 ? "same bits" : (std::to_string(diffs) + " DIFFER").c_str());
-  if (diffs > 0) ++mismatches;
+  if (diffs > 0 && std::strcmp(kernel, "BF16 wgmma") != 0) ++mismatches;  // BF16 wgmma: another sum, by design
 }
 
-// One call of the chosen kernel (KS 0: register kernel).
+// One call of the chosen kernel (KS 0: register kernel, -1: BF16 wgmma, which needs p.xb).
 template <WFmt F, bool SW>
 void call(const SkinnyParams& p, int max_tiles, int max_rows, int ks) {
   if (ks == 0) GT_OK((gpu::gemm_skinny<F, SW>(p, max_tiles, max_rows, nullptr)));
+  else if (ks < 0) GT_OK((gpu::gemm_wgbf16<F, SW>(p, max_tiles, max_rows, nullptr)));
   else if (ks == 8) GT_OK((gpu::gemm_stream<F, SW, 8>(p, max_tiles, max_rows, nullptr)));
   else if (ks == 16) GT_OK((gpu::gemm_stream<F, SW, 16>(p, max_tiles, max_rows, nullptr)));
   else GT_OK((gpu::gemm_stream<F, SW, 32>(p, max_tiles, max_rows, nullptr)));
 }
 
-void routed(int T) {
+void routed(int T, const std::vector<int>& kernels) {
   const int E = 384, k = 6, d = 5120, I = 2304, NR = 8;
   static DBuf<uint8_t> w1(size_t(E) * I * d / 2), w3(w1.n), w2(w1.n), s1(size_t(E) * I * d / 32), s3(s1.n), s2(s1.n);
   static bool filled = false;
@@ -91,6 +93,9 @@ void routed(int T) {
   }
   DBuf<uint8_t> xc(size_t(T) * d), xe(size_t(T) * d / 32), hc(size_t(P) * I), he(size_t(P) * I / 32);
   fill(xc.p, xc.n, 5, 1); fill(xe.p, xe.n, 6, 2, 1, 120, 125); fill(hc.p, hc.n, 7, 1); fill(he.p, he.n, 8, 2, 1, 120, 125);
+  DBuf<bf16_t> xb(size_t(T) * d), hb(size_t(P) * I);  // the BF16 wgmma kernel's widened activations
+  GT_OK(gpu::act_bf16_perm(xc.p, xe.p, T, d, xb.p, nullptr));
+  GT_OK(gpu::act_bf16_perm(hc.p, he.p, P, I, hb.p, nullptr));
   DBuf<float> rw{size_t(P)};
   fill(rw.p, rw.n, 9, 5, 1.f);
   DBuf<bf16_t> h(size_t(P) * I), ys(size_t(P) * d);
@@ -103,10 +108,10 @@ void routed(int T) {
     const Routing& r = rs[size_t(i % NR)];
     SkinnyParams p;
     if (first) {
-      p.w1 = {w1.p, s1.p, gw, gs}; p.w3 = {w3.p, s3.p, gw, gs}; p.N = I; p.K = d; p.xc = xc.p; p.xe = xe.p;
+      p.w1 = {w1.p, s1.p, gw, gs}; p.w3 = {w3.p, s3.p, gw, gs}; p.N = I; p.K = d; p.xc = xc.p; p.xe = xe.p; p.xb = xb.p;
       p.row_src = r.row_src; p.row_weight = rw.p; p.y = h.p; p.ldy = I; p.limit = 10.f;
     } else {
-      p.w1 = {w2.p, s2.p, gw, gs}; p.N = d; p.K = I; p.xc = hc.p; p.xe = he.p; p.y = ys.p; p.ldy = d;
+      p.w1 = {w2.p, s2.p, gw, gs}; p.N = d; p.K = I; p.xc = hc.p; p.xe = he.p; p.xb = hb.p; p.y = ys.p; p.ldy = d;
     }
     p.tiles = r.tiles; p.n_tiles = r.n_tiles; p.M = P;
     return p;
@@ -117,7 +122,7 @@ void routed(int T) {
     const double bytes = hit * mat * (first ? 2 : 1);
     double base = 0;
     std::vector<uint16_t> ref;
-    for (int ks : {0, 8, 16, 32}) {
+    for (int ks : kernels) {
       auto go = [&](int i) {
         const SkinnyParams p = params(i, first);
         if (first) call<WFmt::FP4, true>(p, max_tiles, 16, ks);
@@ -129,7 +134,7 @@ void routed(int T) {
       int diffs = -1;
       if (ks == 0) { base = us; ref = out; }
       else { diffs = 0; for (size_t q = 0; q < out.size(); ++q) diffs += out[q] != ref[q]; }
-      const std::string kn = ks == 0 ? "register" : "stream KS=" + std::to_string(ks);
+      const std::string kn = ks == 0 ? "register" : ks < 0 ? "BF16 wgmma" : "stream KS=" + std::to_string(ks);
       row(first ? "routed w1/w3 FP4" : "routed w2 FP4", shape, kn.c_str(), us, bytes, base, diffs);
     }
   }
@@ -182,8 +187,10 @@ int main(int argc, char** argv) {
     std::printf("copy d2d 1 GiB: %.1f us, %.2f TB/s (read + write)\n\n", c.us, copy_tbs);
     std::printf("| op | shape | kernel | us | MB read | TB/s | %% of copy (this run) | %% of 4.25 TB/s | x register | bits |\n");
     std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---|\n");
-    const bool only_moe = argc > 1 && !std::strcmp(argv[1], "moe");
-    for (int T : {1, 8, 64}) routed(T);
+    // moe: the routed GEMMs only; wg: the routed GEMMs on register, stream KS=8 and BF16 wgmma only.
+    const bool wg = argc > 1 && !std::strcmp(argv[1], "wg"), only_moe = wg || (argc > 1 && !std::strcmp(argv[1], "moe"));
+    const std::vector<int> kernels = wg ? std::vector<int>{0, 8, -1} : std::vector<int>{0, 8, 16, 32, -1};
+    for (int T : {1, 8, 64}) routed(T, kernels);
     if (!only_moe) {
       dense(1, 32768, 1280, "dense FP8 wq_b");
       dense(4, 32768, 1280, "dense FP8 wq_b");
@@ -195,7 +202,7 @@ int main(int argc, char** argv) {
       dense(1, 512, 5120, "dense FP8 wkv");
       dense(1, 2304, 5120, "dense FP8 shared w1");
     }
-    std::printf("\n%s\n", mismatches ? "BITS DIFFER" : "all streaming outputs equal the register kernel's");
+    std::printf("\n%s\n", mismatches ? "BITS DIFFER" : "all streaming outputs equal the register kernel's (BF16 wgmma: its own sums)");
     return mismatches ? 1 : 0;
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());
