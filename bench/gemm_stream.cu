@@ -3,7 +3,8 @@
 // I=2304; T tokens routed uniformly at random, tiles of <= 16 rows per expert; 8 routings rotated so the experts
 // change between calls) and the dense FP8 decode shapes through gemm_fp8's split-K (weights rotated past the L2).
 // Every streaming output is compared bit for bit with the register kernel's; the BF16 wgmma kernel (gemm_wgmma_bf16.cuh,
-// another summation by design) is timed beside them with its count of differing outputs. Bytes: the weights read (experts hit)
+// another summation by design) and the streaming kernel split over 2 or 4 K ranges (with the split-K reduce) are timed
+// beside them with their counts of differing outputs. Bytes: the weights read (experts hit)
 // and their scales; % of the copy rate measured in the same run (cudaMemcpy d2d, read + write).
 //   nvcc -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -O3 -Iinclude \
 //        bench/gemm_stream.cu -lcublasLt -o build/gpu/gemm_stream && build/gpu/gemm_stream
@@ -42,7 +43,8 @@ void row(const char* op, const std::string& shape, const char* kernel, double us
   std::printf("| %s | %s | %s | %.1f | %.2f | %.2f | %.0f%% | %.0f%% | %.2fx | %s |\n", op, shape.c_str(), kernel, us,
               bytes / 1e6, tbs, 100 * tbs / copy_tbs, 100 * tbs / kCopyTBs, base_us / us,
               diffs < 0 ? "-" : diffs == 0 ? "same bits" : (std::to_string(diffs) + " DIFFER").c_str());
-  if (diffs > 0 && std::strcmp(kernel, "BF16 wgmma") != 0) ++mismatches;  // BF16 wgmma: another sum, by design
+  // BF16 wgmma and split-K sum in another order by design: their differing outputs are reported, not failures.
+  if (diffs > 0 && std::strcmp(kernel, "BF16 wgmma") != 0 && !std::strstr(kernel, "split")) ++mismatches;
 }
 
 // One call of the chosen kernel (KS 0: register kernel, -1: BF16 wgmma, which needs p.xb).
@@ -99,6 +101,7 @@ void routed(int T, const std::vector<int>& kernels) {
   DBuf<float> rw{size_t(P)};
   fill(rw.p, rw.n, 9, 5, 1.f);
   DBuf<bf16_t> h(size_t(P) * I), ys(size_t(P) * d);
+  DBuf<float> part{size_t(8) * P * std::max(I, d)};  // split-K partials: up to 2 x 4 planes
   int max_tiles = 0;
   double hit = 0;
   for (auto& r : rs) { max_tiles = std::max(max_tiles, r.n); hit += r.hit; }
@@ -122,19 +125,28 @@ void routed(int T, const std::vector<int>& kernels) {
     const double bytes = hit * mat * (first ? 2 : 1);
     double base = 0;
     std::vector<uint16_t> ref;
-    for (int ks : kernels) {
+    for (int code : kernels) {
+      // code: 0 register, -1 BF16 wgmma, KS (8, 16, 32) streaming, 100·z + KS streaming split over z K ranges (the
+      // FP32 partials reduced by the library's split-K reduce kernels, timed with it; another sum, so not the bits).
+      const int ks = code < 0 ? code : code % 100, z = code < 100 ? 1 : code / 100;
       auto go = [&](int i) {
-        const SkinnyParams p = params(i, first);
+        SkinnyParams p = params(i, first);
+        if (z > 1) { p.ksplit = z; p.partial = part.p; }
         if (first) call<WFmt::FP4, true>(p, max_tiles, 16, ks);
         else call<WFmt::FP4, false>(p, max_tiles, 16, ks);
+        if (z > 1 && first) GT_OK(gpu::swiglu_splitk_reduce(p, nullptr));
+        if (z > 1 && !first)
+          gpu::detail::splitk_reduce_kernel<<<unsigned(gpu::ceil_div64(int64_t(P) * d, 256)), 256>>>(part.p, z, P, d,
+                                                                                                    ys.p, d, nullptr);
       };
       const double us = median_us(go, 3, 24);
       go(0);
       auto out = fetch(first ? h.p : ys.p, first ? h.n : ys.n);
       int diffs = -1;
-      if (ks == 0) { base = us; ref = out; }
+      if (code == 0) { base = us; ref = out; }
       else { diffs = 0; for (size_t q = 0; q < out.size(); ++q) diffs += out[q] != ref[q]; }
-      const std::string kn = ks == 0 ? "register" : ks < 0 ? "BF16 wgmma" : "stream KS=" + std::to_string(ks);
+      const std::string kn = code == 0 ? "register" : code < 0 ? "BF16 wgmma"
+                             : "stream KS=" + std::to_string(ks) + (z > 1 ? " split " + std::to_string(z) : "");
       row(first ? "routed w1/w3 FP4" : "routed w2 FP4", shape, kn.c_str(), us, bytes, base, diffs);
     }
   }
@@ -187,9 +199,10 @@ int main(int argc, char** argv) {
     std::printf("copy d2d 1 GiB: %.1f us, %.2f TB/s (read + write)\n\n", c.us, copy_tbs);
     std::printf("| op | shape | kernel | us | MB read | TB/s | %% of copy (this run) | %% of 4.25 TB/s | x register | bits |\n");
     std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---|\n");
-    // moe: the routed GEMMs only; wg: the routed GEMMs on register, stream KS=8 and BF16 wgmma only.
+    // moe: the routed GEMMs only; wg: the routed GEMMs on register, stream KS=8 (whole K and split 2 / 4) and BF16
+    // wgmma only.
     const bool wg = argc > 1 && !std::strcmp(argv[1], "wg"), only_moe = wg || (argc > 1 && !std::strcmp(argv[1], "moe"));
-    const std::vector<int> kernels = wg ? std::vector<int>{0, 8, -1} : std::vector<int>{0, 8, 16, 32, -1};
+    const std::vector<int> kernels = wg ? std::vector<int>{0, 8, 208, 408, -1} : std::vector<int>{0, 8, 16, 32, 208, 408, -1};
     for (int T : {1, 8, 64}) routed(T, kernels);
     if (!only_moe) {
       dense(1, 32768, 1280, "dense FP8 wq_b");

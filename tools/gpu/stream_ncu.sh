@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 17 run 2: what bounds the decode expert GEMMs. ncu metrics (time, DRAM, issue, occupancy, stall reasons per
 # issued instruction) of the routed w1/w3 FP4 GEMM at T=1 and T=64, register kernel and streaming KS=8, from
-# bench/gemm_stream.cu (build/gpu/gemm_stream moe: 28 launches per kernel and T, T = 1, 8, 64 in that order).
+# bench/gemm_stream.cu (build/gpu/gemm_stream moe: 28 launches per variant and T, T = 1, 8, 64 in that order; the KS=8
+# kernel serves 3 variants: whole K, split 2, split 4).
 #   bash tools/gpu/stream_ncu.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +23,7 @@ for r in long_scoreboard short_scoreboard wait math_pipe_throttle mio_throttle l
          dispatch_stall no_instruction tex_throttle drain branch_resolving barrier imc_miss; do
   M=$M,${S}_${r}_per_issue_active.ratio
 done
-SPECS=${SPECS:-"skinny_gemm_kernelILNS0_4WFmtE1ELb1ELi2E:5:T=1-register stream_gemm_kernelILNS0_4WFmtE1ELb1ELi8E:5:T=1-stream8 skinny_gemm_kernelILNS0_4WFmtE1ELb1ELi2E:61:T=64-register stream_gemm_kernelILNS0_4WFmtE1ELb1ELi8E:61:T=64-stream8"}
+SPECS=${SPECS:-"skinny_gemm_kernelILNS0_4WFmtE1ELb1ELi2E:5:T=1-register stream_gemm_kernelILNS0_4WFmtE1ELb1ELi8E:5:T=1-stream8 skinny_gemm_kernelILNS0_4WFmtE1ELb1ELi2E:61:T=64-register stream_gemm_kernelILNS0_4WFmtE1ELb1ELi8E:173:T=64-stream8"}
 for spec in $SPECS; do
   spec=${spec//:/ }
   set -- $spec
