@@ -6,8 +6,10 @@
 //
 //   bench_layer_stack [--config F] [--contexts 4096,131072] [--batches 1,8,64] [--warmup 3] [--steps 20] [--profile]
 //                     [--prefill 512,2048] [--long 32768,131072] [--chunk 4096] [--out FILE.md] [--check-config]
-//                     [--moe-kernel auto|staged|wgmma-bf16|registers]  (staged: the MoE prefill before session 16;
-//                     wgmma-bf16: also the shared expert; registers: the decode MoE before session 17)
+//                     [--moe-kernel auto|staged|wgmma-bf16|registers|stream]  (staged: the MoE prefill before
+//                     session 16; wgmma-bf16: also the shared expert; registers: the decode MoE before session 17;
+//                     stream: the streaming kernel wherever it fits: the routed GEMMs, the shared expert's w1/w3
+//                     up to 64 tokens)
 //                     [--fixed] [--graph]
 //
 // --prefill T,...: also a prefill chunk of T tokens into a fresh sequence (position 0, no logits), timed the same way
@@ -177,7 +179,7 @@ struct Options {
   int chunk = 4096;
   int warmup = 3, steps = 20;
   bool check_config = false, profile = false;
-  gpu::SkinnyKernel moe_kernel = gpu::SkinnyKernel::automatic;  // --moe-kernel auto | staged | wgmma-bf16 | registers
+  gpu::SkinnyKernel moe_kernel = gpu::SkinnyKernel::automatic;  // --moe-kernel auto | staged | wgmma-bf16 | registers | stream
   bool fixed = false;  // --fixed: gpu::Ops<configs::V41Flash> (the release's kernel sizes as template arguments)
   bool graph = false;  // --graph: also one captured step replayed as a CUDA graph (the GPU time without the host)
   uint64_t seed = 20261201;
@@ -512,7 +514,8 @@ int run_all(const ModelShape& s, const std::vector<LayerRole>& sched, const Size
   f.set_moe_kernel(opt.moe_kernel);
   if (opt.moe_kernel != gpu::SkinnyKernel::automatic)
     std::printf("MoE GEMMs: %s kernel (--moe-kernel)\n", opt.moe_kernel == gpu::SkinnyKernel::staged ? "staged"
-                : opt.moe_kernel == gpu::SkinnyKernel::registers ? "register" : "BF16 wgmma");
+                : opt.moe_kernel == gpu::SkinnyKernel::registers ? "register"
+                : opt.moe_kernel == gpu::SkinnyKernel::stream ? "streaming where it fits" : "BF16 wgmma");
   hw.reset();  // the device holds its own copy
   std::printf("weights uploaded: %.2f GB in %.1f s (%.1f GB/s); estimated %.2f GB\n",
               f.weight_bytes() / 1e9, t_up, f.weight_bytes() / 1e9 / t_up, z.total() / 1e9);
@@ -593,7 +596,8 @@ int main(int argc, char** argv) {
       else if (k == "staged") opt.moe_kernel = gpu::SkinnyKernel::staged;
       else if (k == "wgmma-bf16") opt.moe_kernel = gpu::SkinnyKernel::wgmma_bf16;
       else if (k == "registers") opt.moe_kernel = gpu::SkinnyKernel::registers;
-      else { std::fprintf(stderr, "--moe-kernel: auto, staged, wgmma-bf16 or registers\n"); return 2; }
+      else if (k == "stream") opt.moe_kernel = gpu::SkinnyKernel::stream;
+      else { std::fprintf(stderr, "--moe-kernel: auto, staged, wgmma-bf16, registers or stream\n"); return 2; }
     }
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
   }
