@@ -210,10 +210,11 @@ struct MoeBench {
     fill(gate.p, gate.n, seed++, 3, 0.02f);
     fill(bias.p, bias.n, seed++, 5, 0.1f);
   }
-  Row run(int T, int tile_rows = 0, gpu::SkinnyKernel kernel = gpu::SkinnyKernel::automatic) {
+  Row run(int T, int tile_rows = 0, gpu::SkinnyKernel kernel = gpu::SkinnyKernel::automatic, bool fused = false) {
     gpu::MoeShape sh{T, d, E, k, I, 1.5f, 10.f, true};
     sh.tile_rows = tile_rows;
     sh.kernel = kernel;
+    sh.fused_routing = fused;
     gpu::MoeWeights W;
     W.gate = gate.p; W.bias = bias.p;
     const int64_t gw = int64_t(I) * d / 2, gs = int64_t(I) * d / 32;
@@ -237,7 +238,8 @@ struct MoeBench {
           active * ebytes + sbytes + 2.0 * E * d + 4.0 * T * d, 2.0 * T * (k + 1) * 3.0 * I * d + 2.0 * T * E * d, '8',
           std::to_string(active) + " experts hit, " + gpu::detail::moe_kernel_name(sh) +
               " kernel, tiles of " + std::to_string(gpu::detail::moe_tile_rows(sh)) + " rows" +
-              (tile_rows || kernel != gpu::SkinnyKernel::automatic ? " (forced)" : "")};
+              (tile_rows || kernel != gpu::SkinnyKernel::automatic ? " (forced)" : "") +
+              (gpu::detail::moe_route_small_fits(sh) ? ", fused routing" : "")};
     r.us = median_us([&](int i) { GT_OK(gpu::moe(sh, W, x[i % ns].p, out.p, work.p, wsb, nullptr)); });
     return r;
   }

@@ -111,6 +111,8 @@ int main(int argc, char** argv) {
       if (!moe_t.empty()) {
         for (int T : moe_t) {
           rows.push_back(mb.run(T));
+          if (T * mb.k < gpu::detail::kMoeSmallThreads) rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::automatic, true));
+          rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::registers));
           rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::staged));
           rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::wgmma));
           rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::wgmma_bf16));

@@ -67,16 +67,21 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
   // output is the one checked against the bound below. The opt-in E4M3 wgmma form (variants 6-8) is not the same bits:
   // its distance to the reference is reported, not checked. The BF16 wgmma form (variants 9-11) sums in another
   // order: not the same bits, but it must stay within the bound. Variant 12 forces the streaming kernel (gemm_stream,
-  // 16-row tiles; automatic takes it below 512 routed rows): the register kernel's bits (bit 13).
+  // 16-row tiles; automatic takes it below 512 routed rows): the register kernel's bits (bit 13). Variant 13 is the
+  // automatic path with MoeShape::fused_routing: the automatic output's bits (bit 14).
   int tile_diff = 0;
   std::vector<std::vector<uint16_t>> wg_out, wb_out;
   std::vector<uint16_t> reg_bits;
-  for (int variant = 0; variant < 13; ++variant) {
+  for (int variant = 0; variant < 14; ++variant) {
     gpu::MoeShape st = sh;
-    st.tile_rows = variant == 12 ? 16 : 16 << (variant % 3);
-    st.kernel = variant < 3 ? gpu::SkinnyKernel::registers : variant < 6 ? gpu::SkinnyKernel::staged
-                : variant < 9 ? gpu::SkinnyKernel::wgmma : variant < 12 ? gpu::SkinnyKernel::wgmma_bf16
-                : gpu::SkinnyKernel::stream;
+    if (variant == 13) {  // the automatic path with step 2 in one kernel (fused_routing): the automatic output's bits
+      st.fused_routing = true;
+    } else {
+      st.tile_rows = variant == 12 ? 16 : 16 << (variant % 3);
+      st.kernel = variant < 3 ? gpu::SkinnyKernel::registers : variant < 6 ? gpu::SkinnyKernel::staged
+                  : variant < 9 ? gpu::SkinnyKernel::wgmma : variant < 12 ? gpu::SkinnyKernel::wgmma_bf16
+                  : gpu::SkinnyKernel::stream;
+    }
     DBuf<uint8_t> work2(gpu::moe_workspace_bytes(st));
     DBuf<uint16_t> dout2(size_t(T) * d);
     dout2.poison();
@@ -84,7 +89,8 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
                    work2.n, nullptr));
     GT_SYNC();
     std::vector<uint16_t> o2 = dout2.download();
-    if (variant == 12) { if (o2 != reg_bits) tile_diff |= 1 << 13; }
+    if (variant == 13) { if (o2 != out_bits) tile_diff |= 1 << 14; }
+    else if (variant == 12) { if (o2 != reg_bits) tile_diff |= 1 << 13; }
     else if (variant >= 9) wb_out.push_back(std::move(o2));
     else if (variant >= 6) wg_out.push_back(std::move(o2));
     else if (variant == 0) reg_bits = std::move(o2);

@@ -34,6 +34,9 @@ struct MoeShape {
   int e_begin = 0, e_end = -1;  // routed experts held (the weights' group 0 is e_begin); e_end −1: all E
   int tile_rows = 0;            // rows per expert tile, 16..64 (0: automatic, see moe_tile_rows)
   SkinnyKernel kernel = SkinnyKernel::automatic;  // expert and shared-expert GEMMs (see moe_bf16_routed)
+  // Below 512 routed rows, step 2 (sort, counts, tiles, rows) as one kernel (moe_route_small_kernel) instead of six
+  // launches; the same outputs. Opt-in: written in session 17 without a GPU run.
+  bool fused_routing = false;
 };
 
 struct MoeWeights {
@@ -307,12 +310,11 @@ __global__ void route_any_kernel(float* __restrict__ logits, const float* __rest
 }
 
 // One block: tiles of ≤ tile rows per expert, in expert order. Thread i takes experts
-// [i·per, (i+1)·per), per = ceil(E / THREADS): any E.
+// [i·per, (i+1)·per), per = ceil(E / THREADS): any E. counts and offsets in global or shared memory.
 template <int THREADS>
-__global__ void __launch_bounds__(THREADS) moe_tiles_kernel(const int* __restrict__ counts,
-                                                            const int* __restrict__ offsets, int E,
-                                                            RowTile* __restrict__ tiles, int* __restrict__ n_tiles,
-                                                            int tile, int held0 = 0, int held1 = 0x7fffffff) {
+__device__ __forceinline__ void moe_tiles_block(const int* __restrict__ counts, const int* __restrict__ offsets, int E,
+                                                RowTile* __restrict__ tiles,
+                                                int* __restrict__ n_tiles, int tile, int held0, int held1) {
   using Scan = cub::BlockScan<int, THREADS>;
   __shared__ typename Scan::TempStorage tmp;
   // thread i: experts [i·per, (i+1)·per) of the held range [held0, held1)
@@ -334,6 +336,68 @@ __global__ void __launch_bounds__(THREADS) moe_tiles_kernel(const int* __restric
     }
   }
   if (threadIdx.x == 0) *n_tiles = total;
+}
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) moe_tiles_kernel(const int* __restrict__ counts,
+                                                            const int* __restrict__ offsets, int E,
+                                                            RowTile* __restrict__ tiles, int* __restrict__ n_tiles,
+                                                            int tile, int held0 = 0, int held1 = 0x7fffffff) {
+  moe_tiles_block<THREADS>(counts, offsets, E, tiles, n_tiles, tile, held0, held1);
+}
+
+// Step 2 of moe() in one launch for fewer than THREADS assignments (MoeShape::fused_routing), instead of the radix
+// sort, histogram, scan, tile and row kernels: counts by shared-memory atomics, offsets by a block scan, each
+// assignment's row = its expert's offset + the number of earlier assignments to that expert (the stable sort's
+// order), then the rows as moe_rows_kernel and the tiles as moe_tiles_kernel write them. Dynamic shared memory:
+// (P + 2E) ints. An expert id outside [0, E) (NaN routing) is clamped: no access outside the arrays.
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) moe_route_small_kernel(const int* __restrict__ sel,
+                                                                  const float* __restrict__ wts, int P, int k, int E,
+                                                                  int* __restrict__ counts, int* __restrict__ offsets,
+                                                                  RowTile* __restrict__ tiles, int* __restrict__ n_tiles,
+                                                                  int tile, int held0, int held1,
+                                                                  int* __restrict__ row_src, float* __restrict__ row_w,
+                                                                  int* __restrict__ pos_of) {
+  extern __shared__ int moe_small_smem[];
+  int *ssel = moe_small_smem, *scnt = ssel + P, *soff = scnt + E;
+  for (int e = threadIdx.x; e < E; e += THREADS) scnt[e] = 0;
+  for (int a = threadIdx.x; a < P; a += THREADS) ssel[a] = min(max(sel[a], 0), E - 1);
+  __syncthreads();
+  for (int a = threadIdx.x; a < P; a += THREADS) atomicAdd(&scnt[ssel[a]], 1);
+  __syncthreads();
+  {
+    using Scan = cub::BlockScan<int, THREADS>;
+    __shared__ typename Scan::TempStorage tmp;
+    const int per = (E + THREADS - 1) / THREADS, e0 = int(threadIdx.x) * per, e1 = min(E, e0 + per);
+    int local = 0;
+    for (int e = e0; e < e1; ++e) local += scnt[e];
+    int start;
+    Scan(tmp).ExclusiveSum(local, start);
+    for (int e = e0; e < e1; ++e) {
+      soff[e] = start;
+      start += scnt[e];
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += THREADS) {
+    counts[e] = scnt[e];
+    offsets[e] = soff[e];
+  }
+  for (int a = threadIdx.x; a < P; a += THREADS) {
+    const int e = ssel[a];
+    int rank = 0;
+    for (int b = 0; b < a; ++b) rank += ssel[b] == e;
+    const int p = soff[e] + rank;
+    row_src[p] = a / k;
+    row_w[p] = wts[a];
+    pos_of[a] = p;
+  }
+  moe_tiles_block<THREADS>(scnt, soff, E, tiles, n_tiles, tile, held0, held1);
+}
+constexpr int kMoeSmallThreads = 512;
+inline size_t moe_route_small_smem(const MoeShape& s) { return (size_t(s.T) * s.k + 2 * size_t(s.E)) * sizeof(int); }
+inline bool moe_route_small_fits(const MoeShape& s) {
+  return s.fused_routing && int64_t(s.T) * s.k < kMoeSmallThreads && moe_route_small_smem(s) <= 48 * 1024;
 }
 
 template <int = 0>
@@ -436,23 +500,31 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
                                                                   W.bias_vl, W.tokens, W.image_token_id, w.route_b);
   DSV41_TRY(launch_status("moe route"));
   // 2. sort assignments by expert (stable), counts and offsets, tiles.
-  size_t bytes = w.cub_sort_bytes;
-  DSV41_CUDA_TRY(cub::DeviceRadixSort::SortPairs(w.cub_tmp, bytes, w.keys, w.keys_sorted, w.vals, w.vals_sorted, P, 0,
-                                                 detail::bits_for(s.E), stream),
-                 "moe sort");
-  bytes = w.cub_hist_bytes;
-  DSV41_CUDA_TRY(cub::DeviceHistogram::HistogramEven(w.cub_tmp, bytes, w.keys_sorted, w.counts, s.E + 1, 0u,
-                                                     uint32_t(s.E), P, stream),
-                 "moe histogram");
-  bytes = w.cub_scan_bytes;
-  DSV41_CUDA_TRY(cub::DeviceScan::ExclusiveSum(w.cub_tmp, bytes, w.counts, w.offsets, s.E, stream), "moe scan");
   const int tile = detail::moe_tile_rows(s);
-  detail::moe_tiles_kernel<256><<<1, 256, 0, stream>>>(w.counts, w.offsets, s.E, w.tiles, w.n_tiles, tile, held0,
-                                                       held1);
-  DSV41_TRY(launch_status("moe tiles"));
-  detail::moe_rows_kernel<<<ceil_div(P, 256), 256, 0, stream>>>(w.vals_sorted, w.wts, P, s.k, w.row_src, w.row_w,
-                                                                 w.pos_of);
-  DSV41_TRY(launch_status("moe rows"));
+  if (detail::moe_route_small_fits(s)) {
+    detail::moe_route_small_kernel<detail::kMoeSmallThreads>
+        <<<1, detail::kMoeSmallThreads, detail::moe_route_small_smem(s), stream>>>(
+            w.sel, w.wts, P, s.k, s.E, w.counts, w.offsets, w.tiles, w.n_tiles, tile, held0, held1, w.row_src, w.row_w,
+            w.pos_of);
+    DSV41_TRY(launch_status("moe route small"));
+  } else {
+    size_t bytes = w.cub_sort_bytes;
+    DSV41_CUDA_TRY(cub::DeviceRadixSort::SortPairs(w.cub_tmp, bytes, w.keys, w.keys_sorted, w.vals, w.vals_sorted, P, 0,
+                                                   detail::bits_for(s.E), stream),
+                   "moe sort");
+    bytes = w.cub_hist_bytes;
+    DSV41_CUDA_TRY(cub::DeviceHistogram::HistogramEven(w.cub_tmp, bytes, w.keys_sorted, w.counts, s.E + 1, 0u,
+                                                       uint32_t(s.E), P, stream),
+                   "moe histogram");
+    bytes = w.cub_scan_bytes;
+    DSV41_CUDA_TRY(cub::DeviceScan::ExclusiveSum(w.cub_tmp, bytes, w.counts, w.offsets, s.E, stream), "moe scan");
+    detail::moe_tiles_kernel<256><<<1, 256, 0, stream>>>(w.counts, w.offsets, s.E, w.tiles, w.n_tiles, tile, held0,
+                                                         held1);
+    DSV41_TRY(launch_status("moe tiles"));
+    detail::moe_rows_kernel<<<ceil_div(P, 256), 256, 0, stream>>>(w.vals_sorted, w.wts, P, s.k, w.row_src, w.row_w,
+                                                                   w.pos_of);
+    DSV41_TRY(launch_status("moe rows"));
+  }
   // 3. routed experts: h = SwiGLU(w1, w3) with routing weight, then ys = w2(act_quant(h)).
   SkinnyParams p1;
   p1.w1 = W.w1; p1.w3 = W.w3; p1.N = s.I; p1.K = s.d; p1.xc = w.xc; p1.xe = w.xe; p1.xb = w.xb;
