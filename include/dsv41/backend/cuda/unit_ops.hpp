@@ -24,14 +24,18 @@ struct BlockWork {
 
 class UnitOps : public HookCopies {
  public:
-  // The MoE GEMMs' kernel (MoeShape::kernel). automatic: register or staged, the same bits at any row count;
-  // wgmma_bf16: faster at prefill, its sums in the tensor core's order (gemm_wgmma_bf16.cuh), not the same bits.
+  // The MoE GEMMs' kernel (MoeShape::kernel). automatic: below 512 routed rows the streaming kernel for the routed
+  // experts and the register kernel for the shared one (the same bits); from 512 the BF16 wgmma kernel for the routed
+  // experts (its own sums, within the bound) and the staged one for the shared expert (moe.cuh, moe_bf16_routed).
   void set_moe_kernel(SkinnyKernel k) { moe_kernel_ = k; }
   SkinnyKernel moe_kernel() const { return moe_kernel_; }
+  // MoeShape::fused_routing (opt-in; not yet run on a GPU): the routing's sort and tile lists in one kernel.
+  void set_moe_fused_routing(bool on) { moe_fused_routing_ = on; }
 
  protected:
   using HookCopies::HookCopies;
   SkinnyKernel moe_kernel_ = SkinnyKernel::automatic;
+  bool moe_fused_routing_ = false;
 
   // §4.7 Engram on all streams of H [S, hc, d]. comm: the table's rows are split over ranks; each rank gathers
   // the rows it holds (zeros elsewhere) and comm sums them (one holder per row: exact).
@@ -151,6 +155,7 @@ class UnitOps : public HookCopies {
     ms.e_begin = w.expert_first;
     ms.e_end = w.expert_first + w.experts_held;
     ms.kernel = moe_kernel_;
+    ms.fused_routing = moe_fused_routing_;
     MoeWeights mw;
     mw.gate = w.gate.bf16();
     mw.bias = w.gate_bias;
