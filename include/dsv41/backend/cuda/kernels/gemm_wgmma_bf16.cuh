@@ -269,7 +269,7 @@ inline Status gemm_wgbf16(const SkinnyParams& p, int max_tiles, int max_rows, cu
 }
 
 // Which kernel a grouped or dense GEMM takes: the register kernel (gemm_skinny), the streaming one (gemm_stream: the
-// register kernel's math, weights through shared memory in long row pieces), the staged one on mma.sync or on E4M3
+// register kernel's math, weights and scales streamed through shared memory), the staged one on mma.sync or on E4M3
 // wgmma (opt-in, not FP32 sums), the BF16 wgmma one (opt-in, needs p.xb; otherwise staged), or (automatic) the staged
 // mma.sync one where it fits and the call has at least min_rows rows, below that the streaming one for FP4 weights.
 // Register, streaming and staged give the same bits.

@@ -34,8 +34,9 @@ struct MoeShape {
   int e_begin = 0, e_end = -1;  // routed experts held (the weights' group 0 is e_begin); e_end −1: all E
   int tile_rows = 0;            // rows per expert tile, 16..64 (0: automatic, see moe_tile_rows)
   SkinnyKernel kernel = SkinnyKernel::automatic;  // expert and shared-expert GEMMs (see moe_bf16_routed)
-  // Below 512 routed rows, step 2 (sort, counts, tiles, rows) as one kernel (moe_route_small_kernel) instead of six
-  // launches; the same outputs. Opt-in: written in session 17 without a GPU run.
+  // Below 512 routed rows, step 2 (sort, counts, tiles, rows) as one kernel (moe_route_small_kernel) instead of the
+  // radix sort, histogram, scan, tile and row launches; the same outputs. Opt-in: written in session 17 without a
+  // GPU run.
   bool fused_routing = false;
 };
 
