@@ -9,7 +9,7 @@
 //                     [--moe-kernel auto|staged|wgmma-bf16|registers|stream]  (staged: the MoE prefill before
 //                     session 16; wgmma-bf16: also the shared expert; registers: the decode MoE before session 17;
 //                     stream: the streaming kernel wherever it fits: the routed GEMMs, the shared expert's w1/w3
-//                     up to 64 tokens) [--fused-routing] (MoeShape::fused_routing)
+//                     up to 64 tokens) [--cub-routing] (MoeShape::fused_routing off)
 //                     [--fixed] [--graph]
 //
 // --prefill T,...: also a prefill chunk of T tokens into a fresh sequence (position 0, no logits), timed the same way
@@ -180,7 +180,7 @@ struct Options {
   int warmup = 3, steps = 20;
   bool check_config = false, profile = false;
   gpu::SkinnyKernel moe_kernel = gpu::SkinnyKernel::automatic;  // --moe-kernel auto | staged | wgmma-bf16 | registers | stream
-  bool fused_routing = false;                                    // --fused-routing (MoeShape::fused_routing)
+  bool fused_routing = true;                                     // --cub-routing: false (MoeShape::fused_routing)
   bool fixed = false;  // --fixed: gpu::Ops<configs::V41Flash> (the release's kernel sizes as template arguments)
   bool graph = false;  // --graph: also one captured step replayed as a CUDA graph (the GPU time without the host)
   uint64_t seed = 20261201;
@@ -514,7 +514,7 @@ int run_all(const ModelShape& s, const std::vector<LayerRole>& sched, const Size
   F& f = **fr;
   f.set_moe_kernel(opt.moe_kernel);
   f.set_moe_fused_routing(opt.fused_routing);
-  if (opt.fused_routing) std::printf("MoE routing: fused below 512 routed rows (--fused-routing)\n");
+  if (!opt.fused_routing) std::printf("MoE routing: CUB sort and tile launches at every size (--cub-routing)\n");
   if (opt.moe_kernel != gpu::SkinnyKernel::automatic)
     std::printf("MoE GEMMs: %s kernel (--moe-kernel)\n", opt.moe_kernel == gpu::SkinnyKernel::staged ? "staged"
                 : opt.moe_kernel == gpu::SkinnyKernel::registers ? "register"
@@ -593,7 +593,7 @@ int main(int argc, char** argv) {
     else if (a == "--profile") opt.profile = true;
     else if (a == "--fixed") opt.fixed = true;
     else if (a == "--graph") opt.graph = true;
-    else if (a == "--fused-routing") opt.fused_routing = true;
+    else if (a == "--cub-routing") opt.fused_routing = false;
     else if (a == "--moe-kernel") {
       const std::string k = val();
       if (k == "auto") opt.moe_kernel = gpu::SkinnyKernel::automatic;

@@ -210,7 +210,7 @@ struct MoeBench {
     fill(gate.p, gate.n, seed++, 3, 0.02f);
     fill(bias.p, bias.n, seed++, 5, 0.1f);
   }
-  Row run(int T, int tile_rows = 0, gpu::SkinnyKernel kernel = gpu::SkinnyKernel::automatic, bool fused = false) {
+  Row run(int T, int tile_rows = 0, gpu::SkinnyKernel kernel = gpu::SkinnyKernel::automatic, bool fused = true) {
     gpu::MoeShape sh{T, d, E, k, I, 1.5f, 10.f, true};
     sh.tile_rows = tile_rows;
     sh.kernel = kernel;
@@ -239,7 +239,7 @@ struct MoeBench {
           std::to_string(active) + " experts hit, " + gpu::detail::moe_kernel_name(sh) +
               " kernel, tiles of " + std::to_string(gpu::detail::moe_tile_rows(sh)) + " rows" +
               (tile_rows || kernel != gpu::SkinnyKernel::automatic ? " (forced)" : "") +
-              (gpu::detail::moe_route_small_fits(sh) ? ", fused routing" : "")};
+              (gpu::detail::moe_route_small_fits(sh) ? ", fused routing" : ", CUB routing")};
     r.us = median_us([&](int i) { GT_OK(gpu::moe(sh, W, x[i % ns].p, out.p, work.p, wsb, nullptr)); });
     return r;
   }

@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
       if (!moe_t.empty()) {
         for (int T : moe_t) {
           rows.push_back(mb.run(T));
-          if (T * mb.k < gpu::detail::kMoeSmallThreads) rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::automatic, true));
+          if (T * mb.k < gpu::detail::kMoeSmallThreads) rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::automatic, false));
           rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::registers));
           rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::staged));
           rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::wgmma));

@@ -68,14 +68,14 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
   // its distance to the reference is reported, not checked. The BF16 wgmma form (variants 9-11) sums in another
   // order: not the same bits, but it must stay within the bound. Variant 12 forces the streaming kernel (gemm_stream,
   // 16-row tiles; automatic takes it below 512 routed rows): the register kernel's bits (bit 13). Variant 13 is the
-  // automatic path with MoeShape::fused_routing: the automatic output's bits (bit 14).
+  // automatic path with the other routing step (MoeShape::fused_routing flipped): the automatic output's bits (bit 14).
   int tile_diff = 0;
   std::vector<std::vector<uint16_t>> wg_out, wb_out;
   std::vector<uint16_t> reg_bits;
   for (int variant = 0; variant < 14; ++variant) {
     gpu::MoeShape st = sh;
-    if (variant == 13) {  // the automatic path with step 2 in one kernel (fused_routing): the automatic output's bits
-      st.fused_routing = true;
+    if (variant == 13) {  // the automatic path with the other step 2 (fused kernel or CUB): the automatic output's bits
+      st.fused_routing = !sh.fused_routing;
     } else {
       st.tile_rows = variant == 12 ? 16 : 16 << (variant % 3);
       st.kernel = variant < 3 ? gpu::SkinnyKernel::registers : variant < 6 ? gpu::SkinnyKernel::staged

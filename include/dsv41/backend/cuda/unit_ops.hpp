@@ -29,13 +29,13 @@ class UnitOps : public HookCopies {
   // experts (its own sums, within the bound) and the staged one for the shared expert (moe.cuh, moe_bf16_routed).
   void set_moe_kernel(SkinnyKernel k) { moe_kernel_ = k; }
   SkinnyKernel moe_kernel() const { return moe_kernel_; }
-  // MoeShape::fused_routing (opt-in; not yet run on a GPU): the routing's sort and tile lists in one kernel.
+  // MoeShape::fused_routing (default on): below 512 routed rows the routing's sort and tile lists in one kernel.
   void set_moe_fused_routing(bool on) { moe_fused_routing_ = on; }
 
  protected:
   using HookCopies::HookCopies;
   SkinnyKernel moe_kernel_ = SkinnyKernel::automatic;
-  bool moe_fused_routing_ = false;
+  bool moe_fused_routing_ = true;
 
   // §4.7 Engram on all streams of H [S, hc, d]. comm: the table's rows are split over ranks; each rank gathers
   // the rows it holds (zeros elsewhere) and comm sums them (one holder per row: exact).

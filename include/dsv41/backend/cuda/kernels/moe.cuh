@@ -35,9 +35,8 @@ struct MoeShape {
   int tile_rows = 0;            // rows per expert tile, 16..64 (0: automatic, see moe_tile_rows)
   SkinnyKernel kernel = SkinnyKernel::automatic;  // expert and shared-expert GEMMs (see moe_bf16_routed)
   // Below 512 routed rows, step 2 (sort, counts, tiles, rows) as one kernel (moe_route_small_kernel) instead of the
-  // radix sort, histogram, scan, tile and row launches; the same outputs. Opt-in: written in session 17 without a
-  // GPU run.
-  bool fused_routing = false;
+  // radix sort, histogram, scan, tile and row launches; the same outputs (check_moe, bit 14). false: always CUB.
+  bool fused_routing = true;
 };
 
 struct MoeWeights {
