@@ -9,8 +9,9 @@
 //                     [--moe-kernel auto|staged|wgmma-bf16|registers|stream]  (staged: the MoE prefill before
 //                     session 16; wgmma-bf16: also the shared expert; registers: the decode MoE before session 17;
 //                     stream: the streaming kernel wherever it fits: the routed GEMMs, the shared expert's w1/w3
-//                     up to 64 tokens) [--cub-routing] (MoeShape::fused_routing off)
-//                     [--fixed] [--graph]
+//                     up to 64 tokens) [--cub-routing] (MoeShape::fused_routing off) [--moe-w2-bf16] (MoeShape::w2_bf16)
+//                     [--moe-overlap] (the shared expert on a second stream)
+//                     [--fixed] [--graph] [--graph-loop]
 //
 // --prefill T,...: also a prefill chunk of T tokens into a fresh sequence (position 0, no logits), timed the same way
 // (--contexts "" --batches "" for the prefill alone); with --profile, where its time goes.
@@ -181,8 +182,11 @@ struct Options {
   bool check_config = false, profile = false;
   gpu::SkinnyKernel moe_kernel = gpu::SkinnyKernel::automatic;  // --moe-kernel auto | staged | wgmma-bf16 | registers | stream
   bool fused_routing = true;                                     // --cub-routing: false (MoeShape::fused_routing)
+  bool w2_bf16 = false;                                          // --moe-w2-bf16 (MoeShape::w2_bf16)
+  bool overlap = false;                                          // --moe-overlap (UnitOps::set_moe_overlap)
   bool fixed = false;  // --fixed: gpu::Ops<configs::V41Flash> (the release's kernel sizes as template arguments)
   bool graph = false;  // --graph: also one captured step replayed as a CUDA graph (the GPU time without the host)
+  bool graph_loop = false;  // --graph-loop: also a decode loop over one captured step (gpu::DecodeGraph)
   uint64_t seed = 20261201;
 };
 
@@ -258,7 +262,8 @@ Status run_case(F& f, const std::vector<LayerRole>& sched, const Sizes& z, const
                 int64_t ctx, int B, cudaStream_t stream, std::string& table, bool& ok) {
   const ModelShape& s = f.shape();
   const int V = s.vocab_size;
-  const int64_t cap = ctx + std::max<int64_t>(64, 2 * (opt.warmup + opt.steps) + (opt.profile ? opt.steps : 0));
+  const int64_t cap = ctx + std::max<int64_t>(64, 2 * (opt.warmup + opt.steps) + (opt.profile ? opt.steps : 0) +
+                                                      (opt.graph_loop ? opt.warmup + opt.steps : 0));
   std::printf("context %lld, batch %d: %d sequences of %.1f MB\n", (long long)ctx, B, B, sequence_bytes(s, sched, cap) / 1e6);
   std::vector<gpu::DeviceSequence> seqs;
   for (int b = 0; b < B; ++b) {
@@ -362,6 +367,39 @@ Status run_case(F& f, const std::vector<LayerRole>& sched, const Sizes& z, const
     const double med = median(gpu_ms), mn = *std::min_element(gpu_ms.begin(), gpu_ms.end());
     table += table_row(ctx, B, "yes, graph replay", med, mn, 0, step_cost(s, sched, z, ctx, B, true));
     std::printf("  graph replay (logits): %.3f ms/step GPU median (min %.3f)\n", med, mn);
+  }
+  if (opt.graph_loop) {
+    // A decode loop: one step captured (gpu::DecodeGraph), replayed with new ids and positions each step; host time
+    // is the step() call (the step inputs' fill, one copy, one graph launch, the counters).
+    auto dg = gpu::DecodeGraph<F>::capture(f, ptrs, logits_buf.p, opt.warmup + opt.steps);
+    if (!dg.ok()) return dg.status();
+    Events ev;
+    ev.ev.resize(size_t(opt.steps) + 1);
+    for (auto& e : ev.ev) DSV41_CUDA_TRY(cudaEventCreate(&e), "event");
+    for (int i = 0; i < opt.warmup; ++i) {
+      for (auto& x : ids) x = tok(rng);
+      DSV41_TRY((*dg)->step(ids));
+    }
+    DSV41_CUDA_TRY(cudaStreamSynchronize(stream), "graph loop warm-up");
+    std::vector<double> host_ms, gpu_ms;
+    for (int i = 0; i < opt.steps; ++i) {
+      for (auto& x : ids) x = tok(rng);
+      DSV41_CUDA_TRY(cudaEventRecord(ev.ev[size_t(i)], stream), "event");
+      const double h0 = now_s();
+      DSV41_TRY((*dg)->step(ids));
+      host_ms.push_back((now_s() - h0) * 1e3);
+    }
+    DSV41_CUDA_TRY(cudaEventRecord(ev.ev[size_t(opt.steps)], stream), "event");
+    DSV41_CUDA_TRY(cudaStreamSynchronize(stream), "graph loop");
+    for (int i = 0; i < opt.steps; ++i) {
+      float ms = 0;
+      DSV41_CUDA_TRY(cudaEventElapsedTime(&ms, ev.ev[size_t(i)], ev.ev[size_t(i) + 1]), "event time");
+      gpu_ms.push_back(ms);
+    }
+    const double med = median(gpu_ms), mn = *std::min_element(gpu_ms.begin(), gpu_ms.end());
+    table += table_row(ctx, B, "yes, graph loop", med, mn, median(host_ms), step_cost(s, sched, z, ctx, B, true));
+    std::printf("  graph loop (logits): %.3f ms/step GPU median (min %.3f), host %.3f ms/step\n", med, mn,
+                median(host_ms));
   }
   if (opt.profile) {  // where a step's GPU time goes (op_timer.hpp), with logits, one sync per step
     gpu::OpTimer timer;
@@ -514,6 +552,15 @@ int run_all(const ModelShape& s, const std::vector<LayerRole>& sched, const Size
   F& f = **fr;
   f.set_moe_kernel(opt.moe_kernel);
   f.set_moe_fused_routing(opt.fused_routing);
+  f.set_moe_w2_bf16(opt.w2_bf16);
+  if (opt.overlap) {
+    if (Status os = f.set_moe_overlap(true); !os.ok()) {
+      std::fprintf(stderr, "--moe-overlap: %s\n", os.message().c_str());
+      return 1;
+    }
+    std::printf("MoE: the shared expert on a second stream (--moe-overlap)\n");
+  }
+  if (opt.w2_bf16) std::printf("MoE: routed w2 on the BF16 wgmma kernel at every size (--moe-w2-bf16)\n");
   if (!opt.fused_routing) std::printf("MoE routing: CUB sort and tile launches at every size (--cub-routing)\n");
   if (opt.moe_kernel != gpu::SkinnyKernel::automatic)
     std::printf("MoE GEMMs: %s kernel (--moe-kernel)\n", opt.moe_kernel == gpu::SkinnyKernel::staged ? "staged"
@@ -593,7 +640,10 @@ int main(int argc, char** argv) {
     else if (a == "--profile") opt.profile = true;
     else if (a == "--fixed") opt.fixed = true;
     else if (a == "--graph") opt.graph = true;
+    else if (a == "--graph-loop") opt.graph_loop = true;
     else if (a == "--cub-routing") opt.fused_routing = false;
+    else if (a == "--moe-w2-bf16") opt.w2_bf16 = true;
+    else if (a == "--moe-overlap") opt.overlap = true;
     else if (a == "--moe-kernel") {
       const std::string k = val();
       if (k == "auto") opt.moe_kernel = gpu::SkinnyKernel::automatic;

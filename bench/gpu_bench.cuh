@@ -198,6 +198,7 @@ struct MoeBench {
   DBuf<uint8_t> w1, w3, w2, w1s, w3s, w2s, s1, s3, s2, s1s, s3s, s2s;
   DBuf<bf16_t> gate;
   DBuf<float> bias;
+  gpu::SideStream side;  // the shared expert's second stream (run(..., overlap))
   MoeBench()
       : w1(size_t(E) * I * d / 2), w3(w1.n), w2(w1.n), w1s(size_t(E) * I * d / 32), w3s(w1s.n), w2s(w1s.n),
         s1(size_t(I) * d), s3(s1.n), s2(s1.n), s1s(size_t(I / 32) * (d / 32)), s3s(s1s.n), s2s(s1s.n),
@@ -209,12 +210,16 @@ struct MoeBench {
     for (auto* b : {&s1s, &s3s, &s2s}) fill(b->p, b->n, seed++, 2, 1, 113, 114);
     fill(gate.p, gate.n, seed++, 3, 0.02f);
     fill(bias.p, bias.n, seed++, 5, 0.1f);
+    GT_OK(side.create());
   }
-  Row run(int T, int tile_rows = 0, gpu::SkinnyKernel kernel = gpu::SkinnyKernel::automatic, bool fused = true) {
+  Row run(int T, int tile_rows = 0, gpu::SkinnyKernel kernel = gpu::SkinnyKernel::automatic, bool fused = true,
+          bool w2_bf16 = false, bool overlap = false) {
+    const gpu::MoeOverlap* ov = overlap ? side.overlap() : nullptr;
     gpu::MoeShape sh{T, d, E, k, I, 1.5f, 10.f, true};
     sh.tile_rows = tile_rows;
     sh.kernel = kernel;
     sh.fused_routing = fused;
+    sh.w2_bf16 = w2_bf16;
     gpu::MoeWeights W;
     W.gate = gate.p; W.bias = bias.p;
     const int64_t gw = int64_t(I) * d / 2, gs = int64_t(I) * d / 32;
@@ -236,11 +241,12 @@ struct MoeBench {
     const double ebytes = 3.0 * I * d * (0.5 + 1.0 / 32), sbytes = 3.0 * I * d * (1.0 + 1.0 / 1024);
     Row r{"moe layer", "T=" + std::to_string(T) + " E=384 k=6 I=2304", 0,
           active * ebytes + sbytes + 2.0 * E * d + 4.0 * T * d, 2.0 * T * (k + 1) * 3.0 * I * d + 2.0 * T * E * d, '8',
-          std::to_string(active) + " experts hit, " + gpu::detail::moe_kernel_name(sh) +
+          std::to_string(active) + " experts hit, " + gpu::detail::moe_kernels_name(sh) +
               " kernel, tiles of " + std::to_string(gpu::detail::moe_tile_rows(sh)) + " rows" +
               (tile_rows || kernel != gpu::SkinnyKernel::automatic ? " (forced)" : "") +
-              (gpu::detail::moe_route_small_fits(sh) ? ", fused routing" : ", CUB routing")};
-    r.us = median_us([&](int i) { GT_OK(gpu::moe(sh, W, x[i % ns].p, out.p, work.p, wsb, nullptr)); });
+              (gpu::detail::moe_route_small_fits(sh) ? ", fused routing" : ", CUB routing") +
+              (overlap ? ", shared expert on a second stream" : "")};
+    r.us = median_us([&](int i) { GT_OK(gpu::moe(sh, W, x[i % ns].p, out.p, work.p, wsb, nullptr, nullptr, ov)); });
     return r;
   }
 };

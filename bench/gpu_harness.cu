@@ -112,6 +112,9 @@ int main(int argc, char** argv) {
         for (int T : moe_t) {
           rows.push_back(mb.run(T));
           if (T * mb.k < gpu::detail::kMoeSmallThreads) rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::automatic, false));
+          rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::automatic, true, true));
+          rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::automatic, true, false, true));
+          rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::automatic, true, true, true));
           rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::registers));
           rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::staged));
           rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::wgmma));

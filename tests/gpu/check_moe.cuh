@@ -69,12 +69,19 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
   // order: not the same bits, but it must stay within the bound. Variant 12 forces the streaming kernel (gemm_stream,
   // 16-row tiles; automatic takes it below 512 routed rows): the register kernel's bits (bit 13). Variant 13 is the
   // automatic path with the other routing step (MoeShape::fused_routing flipped): the automatic output's bits (bit 14).
+  // Variant 14 is the automatic path with the routed w2 on the BF16 wgmma kernel (MoeShape::w2_bf16): within the bound.
+  // Variant 15 is the automatic path with the shared expert on a second stream (MoeOverlap): its bits (bit 15).
   int tile_diff = 0;
   std::vector<std::vector<uint16_t>> wg_out, wb_out;
   std::vector<uint16_t> reg_bits;
-  for (int variant = 0; variant < 14; ++variant) {
+  gpu::SideStream side;
+  GT_OK(side.create());
+  for (int variant = 0; variant < 16; ++variant) {
     gpu::MoeShape st = sh;
-    if (variant == 13) {  // the automatic path with the other step 2 (fused kernel or CUB): the automatic output's bits
+    if (variant == 15) {
+    } else if (variant == 14) {
+      st.w2_bf16 = true;
+    } else if (variant == 13) {  // the automatic path with the other step 2 (fused kernel or CUB): the automatic output's bits
       st.fused_routing = !sh.fused_routing;
     } else {
       st.tile_rows = variant == 12 ? 16 : 16 << (variant % 3);
@@ -86,10 +93,10 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
     DBuf<uint16_t> dout2(size_t(T) * d);
     dout2.poison();
     GT_OK(gpu::moe(st, W, reinterpret_cast<const gpu::bf16_t*>(dx.p), reinterpret_cast<gpu::bf16_t*>(dout2.p), work2.p,
-                   work2.n, nullptr));
+                   work2.n, nullptr, nullptr, variant == 15 ? side.overlap() : nullptr));
     GT_SYNC();
     std::vector<uint16_t> o2 = dout2.download();
-    if (variant == 13) { if (o2 != out_bits) tile_diff |= 1 << 14; }
+    if (variant == 15 || variant == 13) { if (o2 != out_bits) tile_diff |= 1 << (variant == 15 ? 15 : 14); }
     else if (variant == 12) { if (o2 != reg_bits) tile_diff |= 1 << 13; }
     else if (variant >= 9) wb_out.push_back(std::move(o2));
     else if (variant >= 6) wg_out.push_back(std::move(o2));

@@ -99,6 +99,7 @@ class Model {
   const ModelShape& shape() const { return ops_->shape(); }
   const std::vector<LayerRole>& schedule() const { return ops_->schedule(); }
   const Ops& backend() const { return *ops_; }
+  Ops& backend() { return *ops_; }  // the backend's own settings (the GPU's: MoE kernels, the MoE's second stream)
 
   // A fresh sequence able to hold max_positions tokens (the GPU's allocates, so it returns a Result).
   auto new_sequence(int64_t max_positions) const { return ops_->new_sequence(max_positions); }

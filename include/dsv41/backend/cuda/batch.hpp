@@ -48,6 +48,21 @@ struct Streams {
   int rows = 0;
 };
 
+// A decode batch's per-step inputs in device memory (decode_graph.hpp): the host writes them before each step, so
+// one captured step replays across steps. Per layer (then per DSpark stage) a table of S rows per column: what
+// Csa2Ops::batch_table uploads otherwise (rings | the KV source's compressed-entry pools | its entry counts after
+// this step (u64) | its index-key pools | those counts (i32, (S + 1) / 2 words)), then, for a KV source, its own
+// compressor state: compressed-entry pools | index-key pools | pending kv | pending scores | entries before this
+// step (i64) | pending rows (i64). DSpark stages use the rings column only.
+struct StepTables {
+  static size_t head_words(int S) { return 4 * size_t(S) + (size_t(S) + 1) / 2; }
+  static size_t words(int S) { return head_words(S) + 6 * size_t(S); }
+  static size_t comp_col(int S, int k) { return head_words(S) + size_t(k) * S; }  // compressor column k (0..5)
+  RowInputs in;                   // ids, positions (and Engram row ids) of the S rows
+  std::vector<uint64_t*> layer;   // per layer and DSpark stage: words(S) words
+  std::vector<int> nmax;          // per layer: the most entries a row's KV source may hold while the graph is valid
+};
+
 struct Batch {
   explicit Batch(Scratch sc) : fs(std::move(sc)) {}
   Scratch fs;                                 // the forward's scratch
@@ -62,12 +77,14 @@ struct Batch {
   float* logits = nullptr;                    // device [rows, V] out, or null
   bool all_logits = false;
   std::span<const ImageSpan> images;          // image spans among the rows (checked), merged by embed
+  const StepTables* step = nullptr;           // a decode batch whose per-step inputs are in device memory
 
   int rows() const { return now; }
   int64_t first_position() const { return segs[0].p0; }
   Streams streams() const { return {H, pre, now}; }
   const int32_t* tokens() const { return in.ids; }
   bool decode_batch() const {
+    if (step) return true;
     if (segs.size() < 2) return false;
     for (const auto& g : segs)
       if (g.n != 1) return false;

@@ -104,6 +104,7 @@ class Csa2Ops : public UnitOps {
   Status attn_compress(int l, const Batch& b, const bf16_t* x, AttentionWork& w) const {
     mark("compressor+indexer");
     DSV41_TRY(compress_project(l, x, b.rows(), w.sc, w.sp));
+    if (b.step) return compress_step(l, b.step->layer[size_t(l)], b.rows(), w.sp, w.sc);
     for (const SequenceRows& g : b.segs) {
       Scratch ss = scratch();
       DSV41_TRY(compress(l, *g.st, w.sp, g.row0, g.n, ss));
@@ -237,6 +238,11 @@ class Csa2Ops : public UnitOps {
   // A decode batch's pointer table, one row per sequence, built once per layer after the compressor (its entry
   // counts include this step's): rings | compressed-entry pools | entry counts (u64) | index-key pools | counts (i32).
   Status batch_table(int l, const Batch& b, AttentionWork& w, int& nmax) const {
+    if (b.step) {  // written by the host before the step (decode_graph.hpp)
+      w.table = b.step->layer[size_t(l)];
+      nmax = b.step->nmax[size_t(l)];
+      return Status::Ok();
+    }
     const LayerRole& role = sched_[size_t(l)];
     const int S = int(b.segs.size());
     std::vector<uint64_t> table(size_t(S) * 4 + (size_t(S) + 1) / 2);
@@ -367,6 +373,45 @@ class Csa2Ops : public UnitOps {
     DSV41_TRY(launch_status("compressed entries"));
     ls.n_entries = first + n_new;
     return Status::Ok();
+  }
+
+  // §4.3 the compressor of a decode batch whose counters are in device memory (StepTables: tab, the layer's table),
+  // in one launch per kernel for all S rows: compress()'s kernels row by row, each row's group completing or not
+  // on the device. The host advances its counters after the step (decode_graph.hpp), not here.
+  Status compress_step(int l, const uint64_t* tab, int S, const SideProjections& sp, Scratch& sc) const {
+    const LayerRole& role = sched_[size_t(l)];
+    const DLayer& w = layers_[size_t(l)];
+    const int D = s_.head_dim, dI = s_.index_head_dim, r = role.ratio, rd = s_.qk_rope_head_dim;
+    auto col = [&](int k) { return tab + StepTables::comp_col(S, k); };
+    auto* comp = reinterpret_cast<uint8_t* const*>(col(0));
+    auto* ikeys = reinterpret_cast<uint8_t* const*>(col(1));
+    auto* first = reinterpret_cast<const int64_t*>(col(4));
+    bf16_t *lat = sp.lat, *kn = sp.kn;
+    int* done = nullptr;
+    if (r > 1) {
+      bf16_t *pooled = nullptr, *k = nullptr;
+      DSV41_TRY(sc.get(pooled, size_t(S) * D));
+      DSV41_TRY(sc.get(lat, size_t(S) * D));
+      DSV41_TRY(sc.get(done, size_t(S)));
+      glue::compress_rows_kernel<<<glue::blocks_for(int64_t(S) * D), glue::kThreads, 0, stream_>>>(
+          reinterpret_cast<float* const*>(col(2)), reinterpret_cast<float* const*>(col(3)),
+          reinterpret_cast<const int64_t*>(col(5)), sp.ckv, sp.cz, r, D, S, pooled, done);
+      DSV41_TRY(launch_status("compress rows"));
+      DSV41_TRY(norm(pooled, w.c_norm, S, D, lat));
+      DSV41_TRY(sc.get(k, size_t(S) * dI));
+      DSV41_TRY(sc.get(kn, size_t(S) * dI));
+      DSV41_TRY(linear_bf16(lat, S, w.i_wk, nullptr, k, dI));
+      DSV41_TRY(norm(k, w.i_knorm, S, dI, kn));
+    }
+    glue::rope_entries_rows_kernel<<<glue::blocks_for(int64_t(S) * (rd / 2)), glue::kThreads, 0, stream_>>>(
+        kn, S, dI, rd, w.rope_freqs, first, r, done);
+    glue::pack_index_rows_kernel<<<glue::blocks_for(int64_t(S) * (dI / 32)), glue::kThreads, 0, stream_>>>(kn, S, dI, ikeys,
+                                                                                                     first, done);
+    glue::rope_entries_rows_kernel<<<glue::blocks_for(int64_t(S) * (rd / 2)), glue::kThreads, 0, stream_>>>(
+        lat, S, D, rd, w.rope_freqs, first, r, done);
+    glue::pack_main_rows_kernel<<<glue::blocks_for(int64_t(S) * (D / 16)), glue::kThreads, 0, stream_>>>(lat, S, D, comp,
+                                                                                                   first, done);
+    return launch_status("compressed entries (rows)");
   }
 
   // §4.4 indexer projections of a Full or Reindex layer over all rows: FP4 queries (after RoPE) and weights.

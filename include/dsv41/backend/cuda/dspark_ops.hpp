@@ -80,7 +80,9 @@ class DsparkOps : public Csa2Ops {
   }
 
   // §4.9 seeds each DSpark stage's ring with the window entries of every segment's last W rows, from the taps.
-  Status seed_dspark(std::span<const SequenceRows> segs, const bf16_t* taps, const int64_t* d_pos) const {
+  // step: a decode batch whose per-step inputs are in device memory (the stages' rings from its tables).
+  Status seed_dspark(std::span<const SequenceRows> segs, const bf16_t* taps, const int64_t* d_pos,
+                     const StepTables* step = nullptr) const {
     const int d = s_.hidden_size, D = s_.head_dim, W = s_.sliding_window, L = s_.num_hidden_layers, nt = n_taps();
     int S = 0;
     for (const SequenceRows& g : segs) S = std::max(S, g.row0 + g.n);
@@ -101,6 +103,12 @@ class DsparkOps : public Csa2Ops {
       DSV41_TRY(linear_fp8(mc, me, S, layers_[l].wkv, kv, D));
       DSV41_TRY(norm(kv, layers_[l].kv_norm, S, D, kvn));
       DSV41_TRY(rope_at(kvn, S, 1, D, s_.qk_rope_head_dim, layers_[l].rope_freqs, d_pos, false, stream_));
+      if (step) {  // one row per sequence: row t's entry at slot pos[t] mod W of its ring
+        glue::pack_window_rows_kernel<<<glue::blocks_for(int64_t(S) * (D / 32)), glue::kThreads, 0, stream_>>>(
+            kvn, S, D, reinterpret_cast<uint8_t* const*>(step->layer[size_t(l)]), d_pos, W);
+        DSV41_TRY(launch_status("dspark seed (rows)"));
+        continue;
+      }
       for (const SequenceRows& g : segs) {
         const int t0 = std::max(0, g.n - W);
         glue::pack_window_kernel<<<glue::blocks_for(int64_t(g.n - t0) * (D / 32)), glue::kThreads, 0, stream_>>>(

@@ -174,6 +174,123 @@ class Ops : public DsparkOps {
     return start(b, ids, hist, nullptr, false, d_logits);
   }
 
+  // ---- a decode batch whose per-step inputs are in device memory (decode_graph.hpp) ----
+
+  // Bytes of a batch of S rows' step inputs: ids | positions | Engram row ids | one StepTables table per layer and
+  // DSpark stage.
+  size_t step_input_bytes(int S) const {
+    return step_tables_offset(S) + sched_.size() * StepTables::words(S) * 8;
+  }
+  // The tables over a device buffer of step_input_bytes(S); nmax: per layer, the most entries a row's KV source may
+  // hold while the tables are used (what the indexer's grids are sized for).
+  StepTables step_tables(uint8_t* dev, int S, std::vector<int> nmax) const {
+    StepTables t;
+    const size_t ids_b = (size_t(S) * 4 + 7) / 8 * 8;
+    t.in.ids = reinterpret_cast<int32_t*>(dev);
+    t.in.pos = reinterpret_cast<int64_t*>(dev + ids_b);
+    t.in.hash = hash_cols() ? reinterpret_cast<int64_t*>(dev + ids_b + size_t(S) * 8) : nullptr;
+    for (size_t l = 0; l < sched_.size(); ++l)
+      t.layer.push_back(reinterpret_cast<uint64_t*>(dev + step_tables_offset(S)) + l * StepTables::words(S));
+    t.nmax = std::move(nmax);
+    return t;
+  }
+  // Entries layer l's KV source holds in sequence st after one more decode step (this step's compressor included).
+  int64_t entries_after_step(const DeviceSequence& st, int l) const {
+    const LayerRole& role = sched_[size_t(l)];
+    const DeviceLayerState& src = st.layers[size_t(role.kv_source)];
+    const int r = sched_[size_t(role.kv_source)].ratio;
+    return src.n_entries + (r == 1 || src.n_pend + 1 == r ? 1 : 0);
+  }
+  // The step inputs of one decode step of seqs (ids[i] on seqs[i]) at their host counters, into host (pinned,
+  // step_input_bytes(S)). Refuses a step past a sequence's capacity or a row beyond nmax entries.
+  Status fill_step_inputs(std::span<DeviceSequence* const> seqs, std::span<const int32_t> ids, std::span<const int> nmax,
+                          uint8_t* host) const {
+    const int S = int(seqs.size()), L = s_.num_hidden_layers;
+    const size_t ids_b = (size_t(S) * 4 + 7) / 8 * 8, hp = hash_cols();
+    std::memcpy(host, ids.data(), size_t(S) * 4);
+    auto* pos = reinterpret_cast<int64_t*>(host + ids_b);
+    for (int t = 0; t < S; ++t) {
+      if (seqs[size_t(t)]->pos + 1 > seqs[size_t(t)]->max_positions)
+        return error(Code::out_of_range, "decode step: a sequence is at its capacity");
+      pos[t] = seqs[size_t(t)]->pos;
+    }
+    if (hp) {
+      auto* hash = reinterpret_cast<int64_t*>(host + ids_b + size_t(S) * 8);
+      for (int t = 0; t < S; ++t)
+        DSV41_TRY(engram::hash_ids(plan_, token_map_, s_.image_token_id, ids.subspan(size_t(t), 1), seqs[size_t(t)]->history,
+                                   std::span<int64_t>(hash + size_t(t) * hp, hp)));
+    }
+    for (size_t l = 0; l < sched_.size(); ++l) {
+      const LayerRole& role = sched_[l];
+      uint64_t* tab = reinterpret_cast<uint64_t*>(host + step_tables_offset(S)) + l * StepTables::words(S);
+      auto* n32 = reinterpret_cast<int32_t*>(tab + 4 * size_t(S));
+      for (int t = 0; t < S; ++t) {
+        const DeviceSequence& st = *seqs[size_t(t)];
+        const DeviceLayerState& ls = st.layers[l];
+        tab[t] = reinterpret_cast<uint64_t>(ls.ring);
+        if (int(l) >= L || role.ratio == 0) continue;
+        const DeviceLayerState& src = st.layers[size_t(role.kv_source)];
+        const int64_t after = entries_after_step(st, int(l));
+        if (after > src.cap) return error(Code::out_of_range, "decode step: compressed-entry capacity exceeded");
+        if (after > nmax[l]) return error(Code::out_of_range, "decode step: past the entries the step was captured for");
+        tab[size_t(S) + t] = reinterpret_cast<uint64_t>(src.comp);
+        tab[2 * size_t(S) + t] = uint64_t(after);
+        tab[3 * size_t(S) + t] = reinterpret_cast<uint64_t>(src.ikeys);
+        n32[t] = int32_t(after);
+        if (!role.compresses()) continue;
+        auto col = [&](int k) { return tab + StepTables::comp_col(S, k); };
+        col(0)[t] = reinterpret_cast<uint64_t>(ls.comp);
+        col(1)[t] = reinterpret_cast<uint64_t>(ls.ikeys);
+        col(2)[t] = reinterpret_cast<uint64_t>(ls.pend_kv);
+        col(3)[t] = reinterpret_cast<uint64_t>(ls.pend_score);
+        col(4)[t] = uint64_t(ls.n_entries);
+        col(5)[t] = uint64_t(ls.n_pend);
+      }
+    }
+    return Status::Ok();
+  }
+  // A decode batch over step inputs t (filled for seqs by fill_step_inputs before each replay). The forward leaves
+  // the host counters as they are: advance_step moves them after each step.
+  Status begin_decode_step(Batch& b, std::span<DeviceSequence* const> seqs, const StepTables& t, float* d_logits) const {
+    const int S = int(seqs.size()), hc = s_.hc_mult, d = s_.hidden_size, nt = std::max(n_taps(), 1);
+    for (int i = 0; i < S; ++i) b.begun.push_back(SequenceRows{seqs[size_t(i)], seqs[size_t(i)]->pos, i, 1});
+    b.segs = b.begun;
+    b.S = b.now = S;
+    b.logits = d_logits;
+    b.step = &t;
+    b.in0 = b.in = t.in;
+    DSV41_TRY(b.fs.get(b.H0, size_t(S) * hc * d));
+    DSV41_TRY(b.fs.get(b.pre0, size_t(S) * hc));
+    DSV41_TRY(b.fs.get(b.taps0, size_t(S) * nt * d));
+    b.H = b.H0;
+    b.pre = b.pre0;
+    b.taps = b.taps0;
+    b.handoff.lists.assign(sched_.size(), nullptr);
+    b.handoff.cand.assign(1, CandidateMask{});
+    return Status::Ok();
+  }
+  // The host counters after one decode step of seqs (ids[i] on seqs[i]): what compress() and advance() change.
+  void advance_step(std::span<DeviceSequence* const> seqs, std::span<const int32_t> ids) const {
+    const size_t keep = size_t(std::max(s_.engram_max_ngram_size - 1, 0));
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      DeviceSequence& st = *seqs[i];
+      for (int l = 0; l < s_.num_hidden_layers; ++l) {
+        const LayerRole& role = sched_[size_t(l)];
+        if (!role.compresses()) continue;
+        DeviceLayerState& ls = st.layers[size_t(l)];
+        if (role.ratio == 1 || ls.n_pend + 1 == role.ratio) {
+          ++ls.n_entries;
+          ls.n_pend = 0;
+        } else {
+          ++ls.n_pend;
+        }
+      }
+      ++st.pos;
+      st.history.push_back(ids[i]);
+      if (st.history.size() > keep) st.history.erase(st.history.begin(), st.history.end() - std::ptrdiff_t(keep));
+    }
+  }
+
   // Several sequences' rows in one forward: lengths[i] rows of ids (in order) at seqs[i]'s next positions.
   // d_logits: device [B, V] (each sequence's last row; with all_logits [rows, V]) or null.
   Status begin_rows(Batch& b, std::span<DeviceSequence* const> seqs, std::span<const int> lengths,
@@ -324,7 +441,7 @@ class Ops : public DsparkOps {
 
   Status seed_dspark(Batch& b) const {
     mark("dspark seed");
-    return DsparkOps::seed_dspark(b.begun, b.taps0, b.in0.pos);
+    return DsparkOps::seed_dspark(b.begun, b.taps0, b.in0.pos, b.step);
   }
 
   // ---- the layer unit's steps ----
@@ -394,6 +511,8 @@ class Ops : public DsparkOps {
   }();
 
   Ops(const ModelShape& s, engram::Setup eg, cudaStream_t stream) : DsparkOps(s, std::move(eg), stream) {}
+
+  size_t step_tables_offset(int S) const { return (size_t(S) * 4 + 7) / 8 * 8 + size_t(S) * 8 * (1 + hash_cols()); }
 
   VisionModel vision_;  // SPEC §4.10 the vision tower, aligner and image_* vectors (empty without vision)
   parallel::Plan par_;                      // world 1 unless set_parallel

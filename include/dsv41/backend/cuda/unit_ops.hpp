@@ -2,6 +2,7 @@
 // each seam one pass over the residual streams) and the MoE (§4.6, kernels/moe.cuh).
 #pragma once
 #include <cmath>
+#include <memory>
 
 #include <dsv41/backend/cuda/batch.hpp>
 #include <dsv41/backend/cuda/hook_copies.hpp>
@@ -31,11 +32,28 @@ class UnitOps : public HookCopies {
   SkinnyKernel moe_kernel() const { return moe_kernel_; }
   // MoeShape::fused_routing (default on): below 512 routed rows the routing's sort and tile lists in one kernel.
   void set_moe_fused_routing(bool on) { moe_fused_routing_ = on; }
+  // MoeShape::w2_bf16 (opt-in): the routed w2 on the BF16 wgmma kernel at decode too.
+  void set_moe_w2_bf16(bool on) { moe_w2_bf16_ = on; }
+  // The shared expert on a second stream beside the routing and the routed experts (MoeOverlap; opt-in): the same
+  // bits. Call it on the host, not while the model's stream is being captured.
+  Status set_moe_overlap(bool on) {
+    if (!on) {
+      side_.reset();
+      return Status::Ok();
+    }
+    if (side_) return Status::Ok();
+    auto s = std::make_unique<SideStream>();
+    DSV41_TRY(s->create());
+    side_ = std::move(s);
+    return Status::Ok();
+  }
 
  protected:
   using HookCopies::HookCopies;
   SkinnyKernel moe_kernel_ = SkinnyKernel::automatic;
   bool moe_fused_routing_ = true;
+  bool moe_w2_bf16_ = false;
+  std::unique_ptr<SideStream> side_;
 
   // §4.7 Engram on all streams of H [S, hc, d]. comm: the table's rows are split over ranks; each rank gathers
   // the rows it holds (zeros elsewhere) and comm sums them (one holder per row: exact).
@@ -156,6 +174,7 @@ class UnitOps : public HookCopies {
     ms.e_end = w.expert_first + w.experts_held;
     ms.kernel = moe_kernel_;
     ms.fused_routing = moe_fused_routing_;
+    ms.w2_bf16 = moe_w2_bf16_;
     MoeWeights mw;
     mw.gate = w.gate.bf16();
     mw.bias = w.gate_bias;
@@ -174,7 +193,7 @@ class UnitOps : public HookCopies {
     const size_t wsb = moe_workspace_bytes(ms);
     uint8_t* ws = nullptr;
     DSV41_TRY(sc.get(ws, wsb));
-    return gpu::moe(ms, mw, x, out, ws, wsb, stream_, comm);
+    return gpu::moe(ms, mw, x, out, ws, wsb, stream_, comm, side_ ? side_->overlap() : nullptr);
   }
 
 };

@@ -15,6 +15,14 @@ namespace dsv41::gpu {
 
 namespace glue {
 
+// One RoPE pair rotated by angle ang (the reference's rounding: FP32 products, cos/sin in double).
+__device__ __forceinline__ void rope_pair(bf16_t* t, float ang) {
+  const float c = float(cos(double(ang))), s = float(sin(double(ang)));
+  const float a = bf2f(t[0]), b = bf2f(t[1]);
+  t[0] = __float2bfloat16_rn(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+  t[1] = __float2bfloat16_rn(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
+}
+
 // ---- rope at positions p0 + row·pstride (compressed entries: g·r) ----
 template <int = 0>
 __global__ void rope_strided_kernel(bf16_t* __restrict__ x, int rows, int heads, int dh, int rd,
@@ -25,12 +33,20 @@ __global__ void rope_strided_kernel(bf16_t* __restrict__ x, int rows, int heads,
   const int i = int(id % pairs);
   const int64_t rh = id / pairs;
   const int64_t row = rh / heads;
-  const float ang = __fmul_rn(float(p0 + row * pstride), freqs[i]);
-  const float c = float(cos(double(ang))), s = float(sin(double(ang)));
-  bf16_t* t = x + rh * dh + (dh - rd) + 2 * i;
-  const float a = bf2f(t[0]), b = bf2f(t[1]);
-  t[0] = __float2bfloat16_rn(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
-  t[1] = __float2bfloat16_rn(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
+  rope_pair(x + rh * dh + (dh - rd) + 2 * i, __fmul_rn(float(p0 + row * pstride), freqs[i]));
+}
+
+// Compressed entries of a decode batch (one row per sequence): row t's entry sits at first[t], position first[t]·r.
+// Rows with done[t] == 0 made no entry this step (done null: every row did).
+template <int = 0>
+__global__ void rope_entries_rows_kernel(bf16_t* __restrict__ x, int rows, int dh, int rd, const float* __restrict__ freqs,
+                                         const int64_t* __restrict__ first, int r, const int* __restrict__ done) {
+  const int pairs = rd / 2;
+  const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (id >= int64_t(rows) * pairs) return;
+  const int i = int(id % pairs), t = int(id / pairs);
+  if (done && !done[t]) return;
+  rope_pair(x + int64_t(t) * dh + (dh - rd) + 2 * i, __fmul_rn(float(first[t] * r), freqs[i]));
 }
 
 // ---- packed cache entries (SPEC §6), one thread per scale block, with the numeric/quant.hpp functions ----
@@ -81,6 +97,21 @@ __global__ void pack_main_kernel(const bf16_t* __restrict__ x, int rows, int D, 
   num::pack_main_block(v, D, b, e);
 }
 
+// Main KV entries of a decode batch: row t's into entry first[t] of pools[t], where done[t] (null: every row).
+template <int = 0>
+__global__ void pack_main_rows_kernel(const bf16_t* __restrict__ x, int rows, int D, uint8_t* const* __restrict__ pools,
+                                      const int64_t* __restrict__ first, const int* __restrict__ done) {
+  const int nb = D / 16;
+  const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (id >= int64_t(rows) * nb) return;
+  const int t = int(id / nb), b = int(id % nb);
+  if (done && !done[t]) return;
+  uint8_t* e = pools[t] + first[t] * num::main_entry_size(D);
+  float v[16];
+  for (int i = 0; i < 16; ++i) v[i] = bf2f(x[int64_t(t) * D + b * 16 + i]);
+  num::pack_main_block(v, D, b, e);
+}
+
 // Index key (E2M1 + UE8M0 per 32) of rows [0, rows) into entries first + t.
 template <int = 0>
 __global__ void pack_index_kernel(const bf16_t* __restrict__ x, int rows, int dI, uint8_t* __restrict__ pool,
@@ -90,6 +121,21 @@ __global__ void pack_index_kernel(const bf16_t* __restrict__ x, int rows, int dI
   if (id >= int64_t(rows) * nb) return;
   const int t = int(id / nb), b = int(id % nb);
   uint8_t* e = pool + (first + t) * num::index_entry_size(dI);
+  float v[32];
+  for (int i = 0; i < 32; ++i) v[i] = bf2f(x[int64_t(t) * dI + b * 32 + i]);
+  num::pack_index_block(v, dI, b, e);
+}
+
+// Index keys of a decode batch: row t's into entry first[t] of pools[t], where done[t] (null: every row).
+template <int = 0>
+__global__ void pack_index_rows_kernel(const bf16_t* __restrict__ x, int rows, int dI, uint8_t* const* __restrict__ pools,
+                                       const int64_t* __restrict__ first, const int* __restrict__ done) {
+  const int nb = dI / 32;
+  const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (id >= int64_t(rows) * nb) return;
+  const int t = int(id / nb), b = int(id % nb);
+  if (done && !done[t]) return;
+  uint8_t* e = pools[t] + first[t] * num::index_entry_size(dI);
   float v[32];
   for (int i = 0; i < 32; ++i) v[i] = bf2f(x[int64_t(t) * dI + b * 32 + i]);
   num::pack_index_block(v, dI, b, e);
@@ -507,13 +553,10 @@ __global__ void apply_candidates_kernel(float* __restrict__ scores, int S, int n
 }
 
 // ---- compressor (ratio > 1): softmax pooling over groups of r rows of [pending ; chunk] ----
-template <int = 0>
-__global__ void compress_pool_kernel(const float* __restrict__ pkv, const float* __restrict__ pz, int n_pend,
-                                     const float* __restrict__ kv, const float* __restrict__ z, int r, int D,
-                                     int n_groups, bf16_t* __restrict__ pooled) {
-  const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (id >= int64_t(n_groups) * D) return;
-  const int g = int(id / D), i = int(id % D);
+// Channel i of group g of [pending (n_pend rows) ; chunk].
+__device__ __forceinline__ bf16_t pool_group(const float* __restrict__ pkv, const float* __restrict__ pz, int n_pend,
+                                             const float* __restrict__ kv, const float* __restrict__ z, int r, int D,
+                                             int g, int i) {
   auto at = [&](const float* pend, const float* chunk, int row) {
     return row < n_pend ? pend[int64_t(row) * D + i] : chunk[int64_t(row - n_pend) * D + i];
   };
@@ -523,7 +566,16 @@ __global__ void compress_pool_kernel(const float* __restrict__ pkv, const float*
   for (int t = 0; t < r; ++t) den = __fadd_rn(den, expf(__fsub_rn(at(pz, z, g * r + t), mx)));
   for (int t = 0; t < r; ++t)
     acc = __fadd_rn(acc, __fmul_rn(at(pkv, kv, g * r + t), __fdiv_rn(expf(__fsub_rn(at(pz, z, g * r + t), mx)), den)));
-  pooled[id] = __float2bfloat16_rn(acc);
+  return __float2bfloat16_rn(acc);
+}
+
+template <int = 0>
+__global__ void compress_pool_kernel(const float* __restrict__ pkv, const float* __restrict__ pz, int n_pend,
+                                     const float* __restrict__ kv, const float* __restrict__ z, int r, int D,
+                                     int n_groups, bf16_t* __restrict__ pooled) {
+  const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (id >= int64_t(n_groups) * D) return;
+  pooled[id] = pool_group(pkv, pz, n_pend, kv, z, r, D, int(id / D), int(id % D));
 }
 
 // The unfinished group's rows become the pending rows: pend[q] = row n_groups·r + q of [pending ; chunk].
@@ -538,6 +590,29 @@ __global__ void compress_pending_kernel(float* __restrict__ pkv, float* __restri
   if (src < n_pend) return;  // only when no group completed: the row is already in place (src == q)
   pkv[int64_t(q) * D + i] = kv[int64_t(src - n_pend) * D + i];
   pz[int64_t(q) * D + i] = z[int64_t(src - n_pend) * D + i];
+}
+
+// The compressor of a decode batch (one row per sequence; n_pend[t] rows pending in row t's sequence): with r − 1
+// pending the row completes the group (pooled[t] as compress_pool_kernel, done[t] = 1), else it becomes pending row
+// n_pend[t] (as compress_pending_kernel; pooled[t] = 0, done[t] = 0).
+template <int = 0>
+__global__ void compress_rows_kernel(float* const* __restrict__ pkv, float* const* __restrict__ pz,
+                                     const int64_t* __restrict__ n_pend, const float* __restrict__ kv,
+                                     const float* __restrict__ z, int r, int D, int rows, bf16_t* __restrict__ pooled,
+                                     int* __restrict__ done) {
+  const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (id >= int64_t(rows) * D) return;
+  const int t = int(id / D), i = int(id % D);
+  const int np = int(n_pend[t]);
+  const float *kv_t = kv + int64_t(t) * D, *z_t = z + int64_t(t) * D;
+  if (np + 1 == r) {
+    pooled[id] = pool_group(pkv[t], pz[t], np, kv_t, z_t, r, D, 0, i);
+  } else {
+    pkv[t][int64_t(np) * D + i] = kv_t[i];
+    pz[t][int64_t(np) * D + i] = z_t[i];
+    pooled[id] = __float2bfloat16_rn(0.f);
+  }
+  if (i == 0) done[t] = np + 1 == r;
 }
 
 }  // namespace glue

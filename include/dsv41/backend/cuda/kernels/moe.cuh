@@ -8,6 +8,7 @@
 // the same inputs, so the rows are in the same order on every rank; one writer per row: exact).
 #pragma once
 #include <algorithm>
+#include <string>
 
 #include <cub/device/device_histogram.cuh>
 #include <cub/device/device_radix_sort.cuh>
@@ -37,6 +38,10 @@ struct MoeShape {
   // Below 512 routed rows, step 2 (sort, counts, tiles, rows) as one kernel (moe_route_small_kernel) instead of the
   // radix sort, histogram, scan, tile and row launches; the same outputs (check_moe, bit 14). false: always CUB.
   bool fused_routing = true;
+  // The routed w2 on the BF16 wgmma kernel at every size (opt-in; automatic takes it from 512 routed rows). At decode
+  // it timed 1.32x / 1.56x / 1.57x the register kernel at T = 1 / 8 / 64 (streaming: 1.07-1.10x; bench/gemm_stream.cu
+  // wg, notes/gpu.md session 18 run 1); its sums are its own (within check_moe's bound), not the register bits.
+  bool w2_bf16 = false;
 };
 
 struct MoeWeights {
@@ -92,6 +97,10 @@ inline const char* moe_kernel_name(const MoeShape& s) {
          s.kernel == SkinnyKernel::wgmma ? "wgmma" :
          s.kernel == SkinnyKernel::wgmma_bf16 ? "wgmma-bf16" : moe_bf16_routed(s) ? "wgmma-bf16 routed, staged shared" : "staged";
 }
+// ... and the routed w2's where MoeShape::w2_bf16 moves it.
+inline std::string moe_kernels_name(const MoeShape& s) {
+  return std::string(moe_kernel_name(s)) + (s.w2_bf16 && !moe_bf16_routed(s) ? ", w2 wgmma-bf16" : "");
+}
 // Rows per expert tile. The outputs are the same bits for any tile (each element's sum runs over K in the same
 // order). Below kMoeStagedRows the streaming kernel (gemm_stream.cuh, at most 16 rows per tile) or the register
 // kernel takes 16: 64-row tiles read each expert's weights once per 64 rows instead of 16 but
@@ -136,7 +145,7 @@ inline size_t moe_layout(const MoeShape& s, uint8_t* base, MoeWork* w) {
   v.sh = reinterpret_cast<bf16_t*>(take(T * d * 2));
   const bool wb = moe_bf16_routed(s);
   v.xb = wb ? reinterpret_cast<bf16_t*>(take(T * d * 2)) : nullptr;
-  v.hb = wb ? reinterpret_cast<bf16_t*>(take(P * I * 2)) : nullptr;
+  v.hb = wb || s.w2_bf16 ? reinterpret_cast<bf16_t*>(take(P * I * 2)) : nullptr;
   v.gemm_ws_bytes = std::max({gemm_workspace_bytes(s.T, s.E, s.d), 2 * gemm_workspace_bytes(s.T, s.I, s.d),
                               gemm_workspace_bytes(s.T, s.d, s.I)});
   v.gemm_ws = reinterpret_cast<float*>(take(v.gemm_ws_bytes));
@@ -466,8 +475,40 @@ inline MoeWork moe_work(const MoeShape& s, void* workspace) {
 }
 
 // comm: expert parallel (s.e_begin, s.e_end the rank's experts); null: one rank holding every expert.
+// The shared expert on a second stream beside the routing and the routed experts (the same kernels, the same bits):
+// side waits for `fork` (recorded after x's quantization) and records `join`, which the combine waits for. Capturable
+// in a CUDA graph (a fork and a join per layer). Not with a communicator.
+struct MoeOverlap {
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+};
+
+// A second stream and its fork / join events (MoeOverlap), for moe(): created on the host, never during a capture.
+class SideStream {
+ public:
+  SideStream() = default;
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+  ~SideStream() {
+    if (ov_.fork) cudaEventDestroy(ov_.fork);
+    if (ov_.join) cudaEventDestroy(ov_.join);
+    if (ov_.side) cudaStreamDestroy(ov_.side);  // released once its work is done
+  }
+  Status create() {
+    DSV41_CUDA_TRY(cudaStreamCreateWithFlags(&ov_.side, cudaStreamNonBlocking), "side stream");
+    DSV41_CUDA_TRY(cudaEventCreateWithFlags(&ov_.fork, cudaEventDisableTiming), "side stream event");
+    DSV41_CUDA_TRY(cudaEventCreateWithFlags(&ov_.join, cudaEventDisableTiming), "side stream event");
+    return Status::Ok();
+  }
+  const MoeOverlap* overlap() const { return &ov_; }
+
+ private:
+  MoeOverlap ov_;
+};
+
 inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_t* out, void* workspace,
-                  size_t workspace_bytes, cudaStream_t stream, parallel::Communicator* comm = nullptr) {
+                  size_t workspace_bytes, cudaStream_t stream, parallel::Communicator* comm = nullptr,
+                  const MoeOverlap* overlap = nullptr) {
   if (s.T < 0 || s.E <= 0 || s.k <= 0 || s.k > s.E || s.d <= 0 || s.I <= 0 || s.d % 32 || s.I % 32)
     return bad_arg("moe: bad shape (d, I multiples of 32; 1 <= k <= E)");
   const int held0 = s.e_begin, held1 = s.e_end < 0 ? s.E : s.e_end;
@@ -490,72 +531,95 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
     detail::gate_simple_kernel<<<unsigned(ceil_div64(int64_t(T) * s.E * 32, 256)), 256, 0, stream>>>(x, W.gate, T,
                                                                                                     s.E, s.d, w.logits);
   DSV41_TRY(launch_status("moe gate"));
-  if (detail::moe_route_fast(s))
-    detail::route_kernel<<<ceil_div(T, 4), 128, 0, stream>>>(w.logits, W.bias, T, s.E, s.k, s.norm_topk,
-                                                              s.route_scale, w.sel, w.wts, w.keys, w.vals, W.bias_vl,
-                                                              W.tokens, W.image_token_id);
-  else
-    detail::route_any_kernel<<<ceil_div(T, 4), 128, 0, stream>>>(w.logits, W.bias, T, s.E, s.k, s.norm_topk,
-                                                                  s.route_scale, w.sel, w.wts, w.keys, w.vals,
-                                                                  W.bias_vl, W.tokens, W.image_token_id, w.route_b);
-  DSV41_TRY(launch_status("moe route"));
-  // 2. sort assignments by expert (stable), counts and offsets, tiles.
-  const int tile = detail::moe_tile_rows(s);
-  if (detail::moe_route_small_fits(s)) {
-    detail::moe_route_small_kernel<detail::kMoeSmallThreads>
-        <<<1, detail::kMoeSmallThreads, detail::moe_route_small_smem(s), stream>>>(
-            w.sel, w.wts, P, s.k, s.E, w.counts, w.offsets, w.tiles, w.n_tiles, tile, held0, held1, w.row_src, w.row_w,
-            w.pos_of);
-    DSV41_TRY(launch_status("moe route small"));
-  } else {
-    size_t bytes = w.cub_sort_bytes;
-    DSV41_CUDA_TRY(cub::DeviceRadixSort::SortPairs(w.cub_tmp, bytes, w.keys, w.keys_sorted, w.vals, w.vals_sorted, P, 0,
-                                                   detail::bits_for(s.E), stream),
-                   "moe sort");
-    bytes = w.cub_hist_bytes;
-    DSV41_CUDA_TRY(cub::DeviceHistogram::HistogramEven(w.cub_tmp, bytes, w.keys_sorted, w.counts, s.E + 1, 0u,
-                                                       uint32_t(s.E), P, stream),
-                   "moe histogram");
-    bytes = w.cub_scan_bytes;
-    DSV41_CUDA_TRY(cub::DeviceScan::ExclusiveSum(w.cub_tmp, bytes, w.counts, w.offsets, s.E, stream), "moe scan");
-    detail::moe_tiles_kernel<256><<<1, 256, 0, stream>>>(w.counts, w.offsets, s.E, w.tiles, w.n_tiles, tile, held0,
-                                                         held1);
-    DSV41_TRY(launch_status("moe tiles"));
-    detail::moe_rows_kernel<<<ceil_div(P, 256), 256, 0, stream>>>(w.vals_sorted, w.wts, P, s.k, w.row_src, w.row_w,
-                                                                   w.pos_of);
-    DSV41_TRY(launch_status("moe rows"));
+  // 4. shared expert (no routing weight): here on the side stream when overlapped, else after the routed experts.
+  auto shared_expert = [&](cudaStream_t st) -> Status {
+    SkinnyParams q1;
+    q1.w1 = W.s1; q1.w3 = W.s3; q1.N = s.I; q1.K = s.d; q1.xc = w.xc; q1.xe = w.xe; q1.M = T;
+    if (s.kernel == SkinnyKernel::wgmma_bf16) q1.xb = w.xb;
+    q1.y = w.hs;
+    q1.ldy = s.I; q1.limit = s.limit;
+    const int ks = detail::skinny_ksplit(T, s.I, s.d);  // split-K at decode, SwiGLU applied after the reduce
+    if (ks > 1 && w.gemm_ws_bytes >= 2 * size_t(ks) * T * s.I * sizeof(float)) {
+      q1.ksplit = ks;
+      q1.partial = w.gemm_ws;
+    }
+    DSV41_TRY((gemm_skinny_or_staged<WFmt::FP8, true>(q1, 0, T, s.kernel, 65, st)));
+    if (q1.ksplit > 1) DSV41_TRY(swiglu_splitk_reduce(q1, st));
+    DSV41_TRY(act_quant_fp8(w.hs, s.I, T, s.I, w.hsc, w.hse, nullptr, st));
+    return gemm_fp8(w.hsc, w.hse, T, W.s2.w, W.s2.s, s.d, s.I, w.sh, s.d, w.gemm_ws, w.gemm_ws_bytes, st);
+  };
+  const bool side = overlap && overlap->side && overlap->fork && overlap->join && !comm;
+  if (side) {  // the routed path below does not touch the shared expert's buffers (hs, hsc, hse, sh, gemm_ws)
+    DSV41_CUDA_TRY(cudaEventRecord(overlap->fork, stream), "moe fork");
+    DSV41_CUDA_TRY(cudaStreamWaitEvent(overlap->side, overlap->fork, 0), "moe fork");
+    const Status ss = shared_expert(overlap->side);
+    DSV41_CUDA_TRY(cudaEventRecord(overlap->join, overlap->side), "moe join");
+    if (!ss.ok()) {
+      DSV41_CUDA_TRY(cudaStreamWaitEvent(stream, overlap->join, 0), "moe join");
+      return ss;
+    }
   }
-  // 3. routed experts: h = SwiGLU(w1, w3) with routing weight, then ys = w2(act_quant(h)).
-  SkinnyParams p1;
-  p1.w1 = W.w1; p1.w3 = W.w3; p1.N = s.I; p1.K = s.d; p1.xc = w.xc; p1.xe = w.xe; p1.xb = w.xb;
-  p1.row_src = w.row_src; p1.row_weight = w.row_w; p1.tiles = w.tiles; p1.n_tiles = w.n_tiles;
-  p1.M = P; p1.y = w.h; p1.ldy = s.I; p1.limit = s.limit;
-  const int max_rows = tile;
-  SkinnyParams p2;
-  p2.w1 = W.w2; p2.N = s.d; p2.K = s.I; p2.xc = w.hc; p2.xe = w.he; p2.xb = w.hb; p2.tiles = w.tiles; p2.n_tiles = w.n_tiles;
-  p2.M = P; p2.y = w.ys; p2.ldy = s.d;
-  const int min_rows = s.kernel == SkinnyKernel::automatic ? detail::kMoeStagedRows : 0;
-  const SkinnyKernel routed = detail::moe_bf16_routed(s) ? SkinnyKernel::wgmma_bf16 : s.kernel;
-  DSV41_TRY((gemm_skinny_or_staged<WFmt::FP4, true>(p1, w.max_tiles, max_rows, routed, min_rows, stream)));
-  DSV41_TRY(act_quant_fp8(w.h, s.I, P, s.I, w.hc, w.he, nullptr, stream));
-  if (w.hb) DSV41_TRY(act_bf16_perm(w.hc, w.he, P, s.I, w.hb, stream));
-  if (comm) DSV41_CUDA_TRY(cudaMemsetAsync(w.ys, 0, size_t(P) * s.d * sizeof(bf16_t), stream), "moe rows");
-  DSV41_TRY((gemm_skinny_or_staged<WFmt::FP4, false>(p2, w.max_tiles, max_rows, routed, min_rows, stream)));
-  if (comm) DSV41_TRY(comm->all_reduce_sum(w.ys, size_t(P) * s.d, parallel::Elem::bf16, stream));
-  // 4. shared expert (no routing weight).
-  SkinnyParams q1;
-  q1.w1 = W.s1; q1.w3 = W.s3; q1.N = s.I; q1.K = s.d; q1.xc = w.xc; q1.xe = w.xe; q1.M = T;
-  if (s.kernel == SkinnyKernel::wgmma_bf16) q1.xb = w.xb; q1.y = w.hs;
-  q1.ldy = s.I; q1.limit = s.limit;
-  const int ks = detail::skinny_ksplit(T, s.I, s.d);  // split-K at decode, SwiGLU applied after the reduce
-  if (ks > 1 && w.gemm_ws_bytes >= 2 * size_t(ks) * T * s.I * sizeof(float)) {
-    q1.ksplit = ks;
-    q1.partial = w.gemm_ws;
-  }
-  DSV41_TRY((gemm_skinny_or_staged<WFmt::FP8, true>(q1, 0, T, s.kernel, 65, stream)));
-  if (q1.ksplit > 1) DSV41_TRY(swiglu_splitk_reduce(q1, stream));
-  DSV41_TRY(act_quant_fp8(w.hs, s.I, T, s.I, w.hsc, w.hse, nullptr, stream));
-  DSV41_TRY(gemm_fp8(w.hsc, w.hse, T, W.s2.w, W.s2.s, s.d, s.I, w.sh, s.d, w.gemm_ws, w.gemm_ws_bytes, stream));
+  // 2.-3. on the main stream; with the side stream the join below is enqueued even when they fail, so the workspace
+  // is not released under the shared expert.
+  const Status routed_status = [&]() -> Status {
+    if (detail::moe_route_fast(s))
+      detail::route_kernel<<<ceil_div(T, 4), 128, 0, stream>>>(w.logits, W.bias, T, s.E, s.k, s.norm_topk,
+                                                                s.route_scale, w.sel, w.wts, w.keys, w.vals, W.bias_vl,
+                                                                W.tokens, W.image_token_id);
+    else
+      detail::route_any_kernel<<<ceil_div(T, 4), 128, 0, stream>>>(w.logits, W.bias, T, s.E, s.k, s.norm_topk,
+                                                                    s.route_scale, w.sel, w.wts, w.keys, w.vals,
+                                                                    W.bias_vl, W.tokens, W.image_token_id, w.route_b);
+    DSV41_TRY(launch_status("moe route"));
+    // 2. sort assignments by expert (stable), counts and offsets, tiles.
+    const int tile = detail::moe_tile_rows(s);
+    if (detail::moe_route_small_fits(s)) {
+      detail::moe_route_small_kernel<detail::kMoeSmallThreads>
+          <<<1, detail::kMoeSmallThreads, detail::moe_route_small_smem(s), stream>>>(
+              w.sel, w.wts, P, s.k, s.E, w.counts, w.offsets, w.tiles, w.n_tiles, tile, held0, held1, w.row_src, w.row_w,
+              w.pos_of);
+      DSV41_TRY(launch_status("moe route small"));
+    } else {
+      size_t bytes = w.cub_sort_bytes;
+      DSV41_CUDA_TRY(cub::DeviceRadixSort::SortPairs(w.cub_tmp, bytes, w.keys, w.keys_sorted, w.vals, w.vals_sorted, P, 0,
+                                                     detail::bits_for(s.E), stream),
+                     "moe sort");
+      bytes = w.cub_hist_bytes;
+      DSV41_CUDA_TRY(cub::DeviceHistogram::HistogramEven(w.cub_tmp, bytes, w.keys_sorted, w.counts, s.E + 1, 0u,
+                                                         uint32_t(s.E), P, stream),
+                     "moe histogram");
+      bytes = w.cub_scan_bytes;
+      DSV41_CUDA_TRY(cub::DeviceScan::ExclusiveSum(w.cub_tmp, bytes, w.counts, w.offsets, s.E, stream), "moe scan");
+      detail::moe_tiles_kernel<256><<<1, 256, 0, stream>>>(w.counts, w.offsets, s.E, w.tiles, w.n_tiles, tile, held0,
+                                                           held1);
+      DSV41_TRY(launch_status("moe tiles"));
+      detail::moe_rows_kernel<<<ceil_div(P, 256), 256, 0, stream>>>(w.vals_sorted, w.wts, P, s.k, w.row_src, w.row_w,
+                                                                     w.pos_of);
+      DSV41_TRY(launch_status("moe rows"));
+    }
+    // 3. routed experts: h = SwiGLU(w1, w3) with routing weight, then ys = w2(act_quant(h)).
+    SkinnyParams p1;
+    p1.w1 = W.w1; p1.w3 = W.w3; p1.N = s.I; p1.K = s.d; p1.xc = w.xc; p1.xe = w.xe; p1.xb = w.xb;
+    p1.row_src = w.row_src; p1.row_weight = w.row_w; p1.tiles = w.tiles; p1.n_tiles = w.n_tiles;
+    p1.M = P; p1.y = w.h; p1.ldy = s.I; p1.limit = s.limit;
+    const int max_rows = tile;
+    SkinnyParams p2;
+    p2.w1 = W.w2; p2.N = s.d; p2.K = s.I; p2.xc = w.hc; p2.xe = w.he; p2.xb = w.hb; p2.tiles = w.tiles; p2.n_tiles = w.n_tiles;
+    p2.M = P; p2.y = w.ys; p2.ldy = s.d;
+    const int min_rows = s.kernel == SkinnyKernel::automatic ? detail::kMoeStagedRows : 0;
+    const SkinnyKernel routed = detail::moe_bf16_routed(s) ? SkinnyKernel::wgmma_bf16 : s.kernel;
+    DSV41_TRY((gemm_skinny_or_staged<WFmt::FP4, true>(p1, w.max_tiles, max_rows, routed, min_rows, stream)));
+    DSV41_TRY(act_quant_fp8(w.h, s.I, P, s.I, w.hc, w.he, nullptr, stream));
+    if (w.hb) DSV41_TRY(act_bf16_perm(w.hc, w.he, P, s.I, w.hb, stream));
+    if (comm) DSV41_CUDA_TRY(cudaMemsetAsync(w.ys, 0, size_t(P) * s.d * sizeof(bf16_t), stream), "moe rows");
+    const SkinnyKernel routed2 = s.w2_bf16 ? SkinnyKernel::wgmma_bf16 : routed;
+    DSV41_TRY((gemm_skinny_or_staged<WFmt::FP4, false>(p2, w.max_tiles, max_rows, routed2, min_rows, stream)));
+    if (comm) DSV41_TRY(comm->all_reduce_sum(w.ys, size_t(P) * s.d, parallel::Elem::bf16, stream));
+    return Status::Ok();
+  }();
+  if (side) DSV41_CUDA_TRY(cudaStreamWaitEvent(stream, overlap->join, 0), "moe join");
+  DSV41_TRY(routed_status);
+  if (!side) DSV41_TRY(shared_expert(stream));
   // 5. combine.
   dim3 grid(ceil_div(s.d / 2, 256), T);
   detail::moe_combine_kernel<<<grid, 256, 0, stream>>>(w.sel, w.pos_of, w.ys, w.sh, s.k, s.d, out);
