@@ -161,6 +161,15 @@ TEST_CASE("CUDA decode graph refuses bad steps and changes nothing", "[gpu][deco
     while (st->pos < st->max_positions) REQUIRE((*again)->step(tok).ok());
     CHECK((*again)->step(tok).code() == Code::out_of_range);
     REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+    // A model on the legacy default stream cannot be captured: refused, not a failed capture.
+    auto g0 = GModel::load(kTiny);
+    REQUIRE(g0.ok());
+    auto s0 = (*g0)->new_sequence(40);
+    REQUIRE(s0.ok());
+    REQUIRE((*g0)->prefill(*s0, prompt(5, V, 8)).ok());
+    GModel::State* one0[] = {&*s0};
+    CHECK(capture_decode(**g0, std::span<GModel::State* const>(one0), d_logits, 4).status().code() ==
+          Code::invalid_argument);
     cudaFree(d_logits);
   }
   cudaStreamDestroy(stream);

@@ -48,6 +48,8 @@ class DecodeGraph {
     if (S < 1) return error(Code::invalid_argument, "decode graph: at least one sequence");
     if (horizon < 1) return error(Code::invalid_argument, "decode graph: horizon must be at least 1");
     if (ops.parallel_plan().world > 1) return error(Code::unsupported, "decode graph: one GPU only");
+    if (!ops.stream())  // the legacy default stream cannot be captured
+      return error(Code::invalid_argument, "decode graph: the model must run on a stream of its own (load it with one)");
     for (int i = 0; i < S; ++i) {
       if (!seqs[size_t(i)]) return error(Code::invalid_argument, "decode graph: null sequence");
       for (int j = 0; j < i; ++j)
