@@ -1,13 +1,16 @@
 // The cache entry types (blocks/kv_cache.hpp): byte sizes, and packing at every width the loader accepts,
-// including head dims past 1024 (the packers once staged nibbles in a fixed 1024-entry buffer).
+// including head dims past 1024 (the packers once staged nibbles in a fixed 1024-entry buffer); the compressor counters.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include <dsv41/blocks/kv_cache.hpp>
 #include <dsv41/numeric/quant.hpp>
+
+#include "fixture.hpp"
 
 using namespace dsv41;
 
@@ -61,5 +64,50 @@ TEST_CASE("main KV entries: nibbles of every value, then the scales", "[kv_cache
     const float s = num::e4m3_to_f32(buf[size_t(n / 2 + i / 16)]);
     const float v = num::e2m1_to_f32(num::nibble_at(buf.data(), i)) * s;
     REQUIRE(v == q[size_t(i)]);
+  }
+}
+
+// The compressor's counters follow from the positions alone (kv::compress_counters): the CPU compressor's entries
+// and pending rows after chunks of every length and after single decode steps across every ratio's group boundary
+// equal the rule's, from the start and step by step. The GPU backend advances its host counters by the same rule
+// (and its decode graph advances them while the device compresses).
+TEST_CASE("compressor counters follow kv::compress_counters", "[kv_cache]") {
+  const auto& m = test::tiny_ced();
+  const ModelShape& s = m.shape();
+  int max_ratio = 1, sources = 0;
+  for (const LayerRole& r : m.schedule()) {
+    if (r.dspark || !r.compresses()) continue;
+    max_ratio = std::max(max_ratio, r.ratio);
+    ++sources;
+  }
+  REQUIRE(sources > 0);
+  SequenceState st = m.new_sequence(96);
+  std::vector<kv::CompressCounters> prev(m.schedule().size());
+  auto check = [&](int64_t rows) {
+    for (const LayerRole& r : m.schedule()) {
+      if (r.dspark || !r.compresses()) continue;
+      const LayerState& ls = st.layers[size_t(r.id)];
+      const int pend = int(ls.pend_kv.size() / size_t(s.head_dim));
+      INFO("layer " << r.id << " ratio " << r.ratio << " pos " << st.pos);
+      const kv::CompressCounters from0 = kv::compress_counters(r.ratio, 0, 0, st.pos);
+      const kv::CompressCounters step = kv::compress_counters(r.ratio, prev[size_t(r.id)].entries,
+                                                              prev[size_t(r.id)].pending, rows);
+      CHECK(ls.n_entries == from0.entries);
+      CHECK(pend == from0.pending);
+      CHECK(step.entries == from0.entries);
+      CHECK(step.pending == from0.pending);
+      prev[size_t(r.id)] = {ls.n_entries, pend};
+    }
+  };
+  int seed = 1;
+  for (int n : {5, 1, 2, 7, 3}) {  // chunks ending at every phase of the groups
+    REQUIRE(m.prefill(st, test::tiny_prompt(n, seed++)).ok());
+    check(n);
+  }
+  for (int i = 0; i < 2 * max_ratio + 3; ++i) {
+    std::vector<float> logits;
+    Model<configs::TinyCed>::DecodeItem item{&st, int32_t(3 + i), &logits};
+    REQUIRE(m.decode(std::span(&item, 1)).ok());
+    check(1);
   }
 }

@@ -39,6 +39,21 @@ struct Entries {
   DSV41_HD Byte* at(int64_t i) const { return data + i * stride(); }
 };
 
+// A KV source's counters after `rows` more rows (SPEC §4.3): ratio 1 makes one entry per row; ratio r pools whole
+// groups of r rows of [pending ; new rows], and the rest stay pending. Both backends' compressors follow it, and so
+// does the GPU's decode graph (which advances the counters on the host while the device compresses).
+struct CompressCounters {
+  int64_t entries = 0;
+  int pending = 0;
+};
+DSV41_HD constexpr CompressCounters compress_counters(int ratio, int64_t entries, int pending, int64_t rows) {
+  if (ratio <= 1) return {entries + rows, 0};
+  const int64_t all = pending + rows;
+  return {entries + all / ratio, int(all % ratio)};
+}
+static_assert(compress_counters(1, 5, 0, 3).entries == 8 && compress_counters(4, 2, 3, 1).entries == 3 &&
+              compress_counters(4, 2, 3, 1).pending == 0 && compress_counters(4, 2, 1, 6).pending == 3);
+
 // The release's widths (head dim 512, index head dim 128): 528 + 288 + 68 bytes.
 static_assert(WindowEntry::bytes(512) == 528 && MainKvEntry::bytes(512) == 288 && IndexKey::bytes(128) == 68);
 

@@ -336,9 +336,10 @@ class Csa2Ops : public UnitOps {
       kn = sp.kn + size_t(r0) * dI;
       n_new = n;
     } else {
+      const kv::CompressCounters after = kv::compress_counters(r, first, ls.n_pend, n);
       const float* kv = sp.ckv + size_t(r0) * D;
       const float* z = sp.cz + size_t(r0) * D;
-      const int n_rows = ls.n_pend + n, n_groups = n_rows / r, rem = n_rows - n_groups * r;
+      const int n_groups = int(after.entries - first), rem = after.pending;
       if (n_groups > 0) {
         bf16_t *pooled = nullptr, *k = nullptr;
         DSV41_TRY(sc.get(pooled, size_t(n_groups) * D));

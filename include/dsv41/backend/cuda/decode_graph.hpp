@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <dsv41/backend/cuda/batch.hpp>
+#include <dsv41/blocks/kv_cache.hpp>
 #include <dsv41/blocks/forward_types.hpp>
 #include <dsv41/blocks/stack.hpp>
 #include <dsv41/core/status.hpp>
@@ -69,7 +70,7 @@ class DecodeGraph {
       int64_t most = 1;
       for (auto* st : seqs) {
         const DeviceLayerState& src = st->layers[size_t(role.kv_source)];
-        most = std::max(most, std::min(src.cap, src.n_entries + (src.n_pend + int64_t(horizon)) / role.ratio));
+        most = std::max(most, std::min(src.cap, kv::compress_counters(role.ratio, src.n_entries, src.n_pend, horizon).entries));
       }
       if (most > int64_t(1) << 30) return error(Code::out_of_range, "decode graph: too many entries");
       g->nmax_[l] = int(most);

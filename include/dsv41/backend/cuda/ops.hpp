@@ -198,8 +198,7 @@ class Ops : public DsparkOps {
   int64_t entries_after_step(const DeviceSequence& st, int l) const {
     const LayerRole& role = sched_[size_t(l)];
     const DeviceLayerState& src = st.layers[size_t(role.kv_source)];
-    const int r = sched_[size_t(role.kv_source)].ratio;
-    return src.n_entries + (r == 1 || src.n_pend + 1 == r ? 1 : 0);
+    return kv::compress_counters(sched_[size_t(role.kv_source)].ratio, src.n_entries, src.n_pend, 1).entries;
   }
   // The step inputs of one decode step of seqs (ids[i] on seqs[i]) at their host counters, into host (pinned,
   // step_input_bytes(S)). Refuses a step past a sequence's capacity or a row beyond nmax entries.
@@ -278,12 +277,9 @@ class Ops : public DsparkOps {
         const LayerRole& role = sched_[size_t(l)];
         if (!role.compresses()) continue;
         DeviceLayerState& ls = st.layers[size_t(l)];
-        if (role.ratio == 1 || ls.n_pend + 1 == role.ratio) {
-          ++ls.n_entries;
-          ls.n_pend = 0;
-        } else {
-          ++ls.n_pend;
-        }
+        const kv::CompressCounters c = kv::compress_counters(role.ratio, ls.n_entries, ls.n_pend, 1);
+        ls.n_entries = c.entries;
+        ls.n_pend = c.pending;
       }
       ++st.pos;
       st.history.push_back(ids[i]);
