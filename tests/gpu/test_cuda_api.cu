@@ -18,27 +18,16 @@
 #include <dsv41/text/tokenizer.hpp>
 
 #include "cpu_golden.hpp"
+#include "model_dirs.hpp"
 
 using namespace dsv41;
 using GModel = Model<configs::Dynamic, Cuda>;
 
 namespace {
 
-std::string data_dir(const std::string& built, const std::string& local) {
-  return std::filesystem::exists(built) ? built : local;
-}
-const std::string kTiny = data_dir(std::string(DSV41_TEST_DATA) + "/golden/tiny-ced", "tests/data/golden/tiny-ced");
-const std::string kPy = data_dir(std::string(DSV41_TEST_DATA) + "/../../models/dsv41-tiny-py", "models/dsv41-tiny-py");
-
-std::vector<int32_t> prompt(int n, int V, uint32_t seed) {
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  uint32_t x = seed;
-  for (auto& t : ids) {
-    x = x * 1664525u + 1013904223u;
-    t = int32_t((x >> 8) % uint32_t(V));
-  }
-  return ids;
-}
+using gputest::kPy;
+using gputest::kTiny;
+using gputest::prompt;
 
 // ||a − b|| / ||b||
 double rel(std::span<const float> a, std::span<const float> b) {

@@ -251,22 +251,14 @@ class Ops : public DsparkOps {
   // A decode batch over step inputs t (filled for seqs by fill_step_inputs before each replay). The forward leaves
   // the host counters as they are: advance_step moves them after each step.
   Status begin_decode_step(Batch& b, std::span<DeviceSequence* const> seqs, const StepTables& t, float* d_logits) const {
-    const int S = int(seqs.size()), hc = s_.hc_mult, d = s_.hidden_size, nt = std::max(n_taps(), 1);
+    const int S = int(seqs.size());
     for (int i = 0; i < S; ++i) b.begun.push_back(SequenceRows{seqs[size_t(i)], seqs[size_t(i)]->pos, i, 1});
     b.segs = b.begun;
     b.S = b.now = S;
     b.logits = d_logits;
     b.step = &t;
-    b.in0 = b.in = t.in;
-    DSV41_TRY(b.fs.get(b.H0, size_t(S) * hc * d));
-    DSV41_TRY(b.fs.get(b.pre0, size_t(S) * hc));
-    DSV41_TRY(b.fs.get(b.taps0, size_t(S) * nt * d));
-    b.H = b.H0;
-    b.pre = b.pre0;
-    b.taps = b.taps0;
-    b.handoff.lists.assign(sched_.size(), nullptr);
-    b.handoff.cand.assign(1, CandidateMask{});
-    return Status::Ok();
+    b.in0 = t.in;
+    return start_streams(b, S, 1);  // a decode batch keeps one candidate mask for all rows
   }
   // The host counters after one decode step of seqs (ids[i] on seqs[i]): what compress() and advance() change.
   void advance_step(std::span<DeviceSequence* const> seqs, std::span<const int32_t> ids) const {
@@ -517,7 +509,7 @@ class Ops : public DsparkOps {
   // The batch's inputs on the device, its residual streams and taps.
   Status start(Batch& b, std::span<const int32_t> ids, std::span<const std::span<const int32_t>> histories,
                const ForwardHooks* hooks, bool all_logits, float* d_logits) const {
-    const int S = int(ids.size()), hc = s_.hc_mult, d = s_.hidden_size, nt = std::max(n_taps(), 1);
+    const int S = int(ids.size());
     if (hooks && b.begun.size() != 1) return error(Code::invalid_argument, "CUDA forward: hooks take one sequence");
     b.segs = b.begun;
     b.ids = ids;
@@ -526,6 +518,12 @@ class Ops : public DsparkOps {
     b.all_logits = all_logits;
     b.logits = d_logits;
     DSV41_TRY(put_rows(b.begun, histories, ids, b.fs, hooks, b.in0));
+    return start_streams(b, S, b.begun.size());
+  }
+
+  // The batch's residual streams, taps and handoff for S rows (n_cand candidate masks), in its scratch.
+  Status start_streams(Batch& b, int S, size_t n_cand) const {
+    const int hc = s_.hc_mult, d = s_.hidden_size, nt = std::max(n_taps(), 1);
     b.in = b.in0;
     DSV41_TRY(b.fs.get(b.H0, size_t(S) * hc * d));
     DSV41_TRY(b.fs.get(b.pre0, size_t(S) * hc));
@@ -534,7 +532,7 @@ class Ops : public DsparkOps {
     b.pre = b.pre0;
     b.taps = b.taps0;
     b.handoff.lists.assign(sched_.size(), nullptr);
-    b.handoff.cand.assign(b.begun.size(), CandidateMask{});
+    b.handoff.cand.assign(n_cand, CandidateMask{});
     return Status::Ok();
   }
 
