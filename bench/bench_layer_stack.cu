@@ -10,7 +10,8 @@
 //                     session 16; wgmma-bf16: also the shared expert; registers: the decode MoE before session 17;
 //                     stream: the streaming kernel wherever it fits: the routed GEMMs, the shared expert's w1/w3
 //                     up to 64 tokens) [--cub-routing] (MoeShape::fused_routing off) [--moe-w2-bf16] (MoeShape::w2_bf16)
-//                     [--moe-overlap] (the shared expert on a second stream)
+//                     [--moe-overlap] (the shared expert on a second stream) [--moe-w13-split Z]
+//                     (MoeShape::w13_split: the routed w1/w3 on BF16 wgmma over Z K ranges)
 //                     [--fixed] [--graph] [--graph-loop]
 //
 // --prefill T,...: also a prefill chunk of T tokens into a fresh sequence (position 0, no logits), timed the same way
@@ -184,6 +185,7 @@ struct Options {
   bool fused_routing = true;                                     // --cub-routing: false (MoeShape::fused_routing)
   bool w2_bf16 = false;                                          // --moe-w2-bf16 (MoeShape::w2_bf16)
   bool overlap = false;                                          // --moe-overlap (UnitOps::set_moe_overlap)
+  int w13_split = 0;                                             // --moe-w13-split Z (MoeShape::w13_split)
   bool fixed = false;  // --fixed: gpu::Ops<configs::V41Flash> (the release's kernel sizes as template arguments)
   bool graph = false;  // --graph: also one captured step replayed as a CUDA graph (the GPU time without the host)
   bool graph_loop = false;  // --graph-loop: also a decode loop over one captured step (gpu::DecodeGraph)
@@ -561,6 +563,8 @@ int run_all(const ModelShape& s, const std::vector<LayerRole>& sched, const Size
   f.set_moe_kernel(opt.moe_kernel);
   f.set_moe_fused_routing(opt.fused_routing);
   f.set_moe_w2_bf16(opt.w2_bf16);
+  f.set_moe_w13_split(opt.w13_split);
+  if (opt.w13_split) std::printf("MoE: routed w1/w3 on the BF16 wgmma kernel over %d K ranges (--moe-w13-split)\n", opt.w13_split);
   if (opt.overlap) {
     if (Status os = f.set_moe_overlap(true); !os.ok()) {
       std::fprintf(stderr, "--moe-overlap: %s\n", os.message().c_str());
@@ -652,6 +656,7 @@ int main(int argc, char** argv) {
     else if (a == "--cub-routing") opt.fused_routing = false;
     else if (a == "--moe-w2-bf16") opt.w2_bf16 = true;
     else if (a == "--moe-overlap") opt.overlap = true;
+    else if (a == "--moe-w13-split") opt.w13_split = std::clamp(std::stoi(val()), 0, 8);
     else if (a == "--moe-kernel") {
       const std::string k = val();
       if (k == "auto") opt.moe_kernel = gpu::SkinnyKernel::automatic;

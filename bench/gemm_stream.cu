@@ -3,8 +3,8 @@
 // I=2304; T tokens routed uniformly at random, tiles of <= 16 rows per expert; 8 routings rotated so the experts
 // change between calls) and the dense FP8 decode shapes through gemm_fp8's split-K (weights rotated past the L2).
 // Every streaming output is compared bit for bit with the register kernel's; the BF16 wgmma kernel (gemm_wgmma_bf16.cuh,
-// another summation by design) and the streaming kernel split over 2 or 4 K ranges (with the split-K reduce) are timed
-// beside them with their counts of differing outputs. Bytes: the weights read (experts hit)
+// another summation by design; `wg` mode also over 2 or 4 K ranges) and the streaming kernel split over 2 or 4 K
+// ranges (with the split-K reduce) are timed beside them with their counts of differing outputs. Bytes: the weights read (experts hit)
 // and their scales; % of the copy rate measured in the same run (cudaMemcpy d2d, read + write).
 //   nvcc -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -O3 -Iinclude \
 //        bench/gemm_stream.cu -lcublasLt -o build/gpu/gemm_stream && build/gpu/gemm_stream
@@ -128,7 +128,8 @@ void routed(int T, const std::vector<int>& kernels) {
     for (int code : kernels) {
       // code: 0 register, -1 BF16 wgmma, KS (8, 16, 32) streaming, 100·z + KS streaming split over z K ranges (the
       // FP32 partials reduced by the library's split-K reduce kernels, timed with it; another sum, so not the bits).
-      const int ks = code < 0 ? code : code % 100, z = code < 100 ? 1 : code / 100;
+      // -1, -2, -4: BF16 wgmma over 1, 2, 4 K ranges.
+      const int ks = code < 0 ? -1 : code % 100, z = code < 0 ? -code : code < 100 ? 1 : code / 100;
       auto go = [&](int i) {
         SkinnyParams p = params(i, first);
         if (z > 1) { p.ksplit = z; p.partial = part.p; }
@@ -145,8 +146,8 @@ void routed(int T, const std::vector<int>& kernels) {
       int diffs = -1;
       if (code == 0) { base = us; ref = out; }
       else { diffs = 0; for (size_t q = 0; q < out.size(); ++q) diffs += out[q] != ref[q]; }
-      const std::string kn = code == 0 ? "register" : code < 0 ? "BF16 wgmma"
-                             : "stream KS=" + std::to_string(ks) + (z > 1 ? " split " + std::to_string(z) : "");
+      const std::string kn = (code == 0 ? std::string("register") : code < 0 ? std::string("BF16 wgmma")
+                              : "stream KS=" + std::to_string(ks)) + (z > 1 ? " split " + std::to_string(z) : "");
       row(first ? "routed w1/w3 FP4" : "routed w2 FP4", shape, kn.c_str(), us, bytes, base, diffs);
     }
   }
@@ -202,7 +203,7 @@ int main(int argc, char** argv) {
     // moe: the routed GEMMs only; wg: the routed GEMMs on register, stream KS=8 (whole K and split 2 / 4) and BF16
     // wgmma only.
     const bool wg = argc > 1 && !std::strcmp(argv[1], "wg"), only_moe = wg || (argc > 1 && !std::strcmp(argv[1], "moe"));
-    const std::vector<int> kernels = wg ? std::vector<int>{0, 8, 208, 408, -1} : std::vector<int>{0, 8, 16, 32, 208, 408, -1};
+    const std::vector<int> kernels = wg ? std::vector<int>{0, 8, 208, 408, -1, -2, -4} : std::vector<int>{0, 8, 16, 32, 208, 408, -1};
     for (int T : {1, 8, 64}) routed(T, kernels);
     if (!only_moe) {
       dense(1, 32768, 1280, "dense FP8 wq_b");

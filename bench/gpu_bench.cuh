@@ -213,13 +213,14 @@ struct MoeBench {
     GT_OK(side.create());
   }
   Row run(int T, int tile_rows = 0, gpu::SkinnyKernel kernel = gpu::SkinnyKernel::automatic, bool fused = true,
-          bool w2_bf16 = false, bool overlap = false) {
+          bool w2_bf16 = false, bool overlap = false, int w13_split = 0) {
     const gpu::MoeOverlap* ov = overlap ? side.overlap() : nullptr;
     gpu::MoeShape sh{T, d, E, k, I, 1.5f, 10.f, true};
     sh.tile_rows = tile_rows;
     sh.kernel = kernel;
     sh.fused_routing = fused;
     sh.w2_bf16 = w2_bf16;
+    sh.w13_split = w13_split;
     gpu::MoeWeights W;
     W.gate = gate.p; W.bias = bias.p;
     const int64_t gw = int64_t(I) * d / 2, gs = int64_t(I) * d / 32;

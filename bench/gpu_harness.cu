@@ -115,6 +115,7 @@ int main(int argc, char** argv) {
           rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::automatic, true, true));
           rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::automatic, true, false, true));
           rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::automatic, true, true, true));
+          for (int z : {1, 2, 4}) rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::automatic, true, true, false, z));
           rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::registers));
           rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::staged));
           rows.push_back(mb.run(T, 0, gpu::SkinnyKernel::wgmma));

@@ -71,14 +71,19 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
   // automatic path with the other routing step (MoeShape::fused_routing flipped): the automatic output's bits (bit 14).
   // Variant 14 is the automatic path with the routed w2 on the BF16 wgmma kernel (MoeShape::w2_bf16): within the bound.
   // Variant 15 is the automatic path with the shared expert on a second stream (MoeOverlap): its bits (bit 15).
+  // Variant 16 takes the routed w1/w3 on BF16 wgmma over 4 K ranges and w2 on BF16 wgmma (MoeShape::w13_split,
+  // w2_bf16): within the bound.
   int tile_diff = 0;
   std::vector<std::vector<uint16_t>> wg_out, wb_out;
   std::vector<uint16_t> reg_bits;
   gpu::SideStream side;
   GT_OK(side.create());
-  for (int variant = 0; variant < 16; ++variant) {
+  for (int variant = 0; variant < 17; ++variant) {
     gpu::MoeShape st = sh;
-    if (variant == 15) {
+    if (variant == 16) {
+      st.w13_split = 4;
+      st.w2_bf16 = true;
+    } else if (variant == 15) {
     } else if (variant == 14) {
       st.w2_bf16 = true;
     } else if (variant == 13) {  // the automatic path with the other step 2 (fused kernel or CUB): the automatic output's bits

@@ -34,6 +34,8 @@ class UnitOps : public HookCopies {
   void set_moe_fused_routing(bool on) { moe_fused_routing_ = on; }
   // MoeShape::w2_bf16 (opt-in): the routed w2 on the BF16 wgmma kernel at decode too.
   void set_moe_w2_bf16(bool on) { moe_w2_bf16_ = on; }
+  // MoeShape::w13_split (opt-in, 0 off): the routed w1/w3 on BF16 wgmma at decode, over that many K ranges.
+  void set_moe_w13_split(int z) { moe_w13_split_ = z; }
   // The shared expert on a second stream beside the routing and the routed experts (MoeOverlap; opt-in): the same
   // bits. Call it on the host, not while the model's stream is being captured.
   Status set_moe_overlap(bool on) {
@@ -53,6 +55,7 @@ class UnitOps : public HookCopies {
   SkinnyKernel moe_kernel_ = SkinnyKernel::automatic;
   bool moe_fused_routing_ = true;
   bool moe_w2_bf16_ = false;
+  int moe_w13_split_ = 0;
   std::unique_ptr<SideStream> side_;
 
   // §4.7 Engram on all streams of H [S, hc, d]. comm: the table's rows are split over ranks; each rank gathers
@@ -175,6 +178,7 @@ class UnitOps : public HookCopies {
     ms.kernel = moe_kernel_;
     ms.fused_routing = moe_fused_routing_;
     ms.w2_bf16 = moe_w2_bf16_;
+    ms.w13_split = moe_w13_split_;
     MoeWeights mw;
     mw.gate = w.gate.bf16();
     mw.bias = w.gate_bias;

@@ -112,7 +112,7 @@ struct Layout {
 };
 }  // namespace wgbf16
 
-template <WFmt F, bool SWIGLU, int NTM>
+template <WFmt F, bool SWIGLU, int NTM, bool SPLIT>
 __global__ void __launch_bounds__(wgbf16::THREADS) wgbf16_gemm_kernel(const SkinnyParams p) {
   using L = wgbf16::Layout<F, SWIGLU, NTM>;
   using wgbf16::BN;
@@ -125,7 +125,12 @@ __global__ void __launch_bounds__(wgbf16::THREADS) wgbf16_gemm_kernel(const Skin
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   int group, row0, rows;
   if (!cta_tile(p, L::R, group, row0, rows)) return;
-  const int K = p.K, nkb = K / 32, nst = nkb / KBS;
+  // SPLIT (p.ksplit > 1): blockIdx.z takes stages [st0, st0 + nst) of the nkb / KBS and writes FP32 partials (an
+  // empty range writes zeros); the reduce after the launch applies SwiGLU (swiglu_splitk_reduce) or sums.
+  const int K = p.K, nkb = K / 32, nst_all = nkb / KBS;
+  const int st_per = SPLIT ? (nst_all + p.ksplit - 1) / p.ksplit : nst_all;
+  const int st0 = SPLIT ? min(nst_all, int(blockIdx.z) * st_per) : 0;
+  const int nst = SPLIT ? min(nst_all, st0 + st_per) - st0 : nst_all;
   const int nb0 = blockIdx.y * BN;
   const int64_t wrow = F == WFmt::FP8 ? K : K / 2;
   const uint8_t* wsrc[2] = {p.w1.w + p.w1.group_w * group + int64_t(nb0) * wrow,
@@ -142,7 +147,8 @@ __global__ void __launch_bounds__(wgbf16::THREADS) wgbf16_gemm_kernel(const Skin
   for (int q = 0; q < XT; ++q)
     xrow[q] = reinterpret_cast<const uint8_t*>(p.xb) + int64_t(src_row((tid + wgbf16::THREADS * q) >> 4)) * K * 2;
 
-  auto load_stage = [&](int st, int buf) {
+  auto load_stage = [&](int sti, int buf) {  // sti: the stage's index within this CTA's range
+    const int st = st0 + sti;
     uint8_t* base = smem + buf * L::STAGE;
 #pragma unroll
     for (int m = 0; m < L::NW; ++m) {
@@ -225,7 +231,7 @@ __global__ void __launch_bounds__(wgbf16::THREADS) wgbf16_gemm_kernel(const Skin
   wgmma_fence_regs(acc);
   if constexpr (SWIGLU) wgmma_fence_regs(acc3);
   cp_async_wait<0>();
-  store_tiles<SWIGLU, false>(p, acc, acc3, nt, rows, row0, nb0 + rg, t);
+  store_tiles<SWIGLU, SPLIT>(p, acc, acc3, nt, rows, row0, nb0 + rg, t);
 }
 
 }  // namespace detail
@@ -239,22 +245,26 @@ inline Status act_bf16_perm(const uint8_t* xc, const uint8_t* xe, int rows, int 
   return launch_status("act_bf16_perm");
 }
 
+// Split-K (p.ksplit > 1) needs p.partial: FP32 [ksplit][M][N], twice that for SwiGLU.
 inline bool gemm_wgbf16_fits(const SkinnyParams& p) {
-  return p.xb && reinterpret_cast<uintptr_t>(p.xb) % 16 == 0 && gemm_staged_fits(p);
+  SkinnyParams q = p;
+  q.ksplit = 1;
+  return p.xb && reinterpret_cast<uintptr_t>(p.xb) % 16 == 0 && gemm_staged_fits(q) && p.ksplit >= 1 &&
+         p.ksplit <= 64 && (p.ksplit == 1 || p.partial);
 }
 
 // The BF16 wgmma kernel over row tiles of at most max_rows (16, 32, 64; dense: 64-row tiles). p.xb: act_bf16_perm
 // of the activations (p.xc and p.xe are not read).
 template <WFmt F, bool SWIGLU>
 inline Status gemm_wgbf16(const SkinnyParams& p, int max_tiles, int max_rows, cudaStream_t stream) {
-  if (!gemm_wgbf16_fits(p)) return bad_arg("gemm_wgbf16: N % 64, K % 128, no split-K, aligned operands, p.xb");
+  if (!gemm_wgbf16_fits(p)) return bad_arg("gemm_wgbf16: N % 64, K % 128, aligned operands, p.xb, split-K partials");
   if (SWIGLU && !p.w3.w) return bad_arg("gemm_wgbf16: SwiGLU needs w3");
   if (p.tiles && max_rows > 64) return bad_arg("gemm_wgbf16: tiles of at most 64 rows");
   const int ntm = p.tiles ? (max_rows <= 16 ? 2 : max_rows <= 32 ? 4 : 8) : 8;
   const int gx = p.tiles ? max_tiles : ceil_div(p.M, 64);
   if (gx == 0 || p.M == 0) return Status::Ok();
   if (p.N / 64 > 65535) return bad_arg("gemm_wgbf16: N too large");
-  const dim3 grid(gx, p.N / 64);
+  const dim3 grid(gx, p.N / 64, p.ksplit);
   auto go = [&](auto kernel, int smem) -> Status {
     DSV41_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                    "gemm_wgbf16: smem attribute");
@@ -263,9 +273,14 @@ inline Status gemm_wgbf16(const SkinnyParams& p, int max_tiles, int max_rows, cu
   };
   using detail::wgbf16_gemm_kernel;
   using detail::wgbf16::Layout;
-  if (ntm == 2) return go(wgbf16_gemm_kernel<F, SWIGLU, 2>, Layout<F, SWIGLU, 2>::SMEM);
-  if (ntm == 4) return go(wgbf16_gemm_kernel<F, SWIGLU, 4>, Layout<F, SWIGLU, 4>::SMEM);
-  return go(wgbf16_gemm_kernel<F, SWIGLU, 8>, Layout<F, SWIGLU, 8>::SMEM);
+  if (p.ksplit > 1) {
+    if (ntm == 2) return go(wgbf16_gemm_kernel<F, SWIGLU, 2, true>, Layout<F, SWIGLU, 2>::SMEM);
+    if (ntm == 4) return go(wgbf16_gemm_kernel<F, SWIGLU, 4, true>, Layout<F, SWIGLU, 4>::SMEM);
+    return go(wgbf16_gemm_kernel<F, SWIGLU, 8, true>, Layout<F, SWIGLU, 8>::SMEM);
+  }
+  if (ntm == 2) return go(wgbf16_gemm_kernel<F, SWIGLU, 2, false>, Layout<F, SWIGLU, 2>::SMEM);
+  if (ntm == 4) return go(wgbf16_gemm_kernel<F, SWIGLU, 4, false>, Layout<F, SWIGLU, 4>::SMEM);
+  return go(wgbf16_gemm_kernel<F, SWIGLU, 8, false>, Layout<F, SWIGLU, 8>::SMEM);
 }
 
 // Which kernel a grouped or dense GEMM takes: the register kernel (gemm_skinny), the streaming one (gemm_stream: the

@@ -42,6 +42,10 @@ struct MoeShape {
   // it timed 1.32x / 1.56x / 1.57x the register kernel at T = 1 / 8 / 64 (streaming: 1.07-1.10x; bench/gemm_stream.cu
   // wg, notes/gpu.md session 18 run 1); its sums are its own (within check_moe's bound), not the register bits.
   bool w2_bf16 = false;
+  // The routed w1/w3 on the BF16 wgmma kernel below 512 routed rows too (opt-in; 0: off), over this many K ranges
+  // (1: whole K; 2-8: split-K with the SwiGLU in the reduce): more CTAs at T=1, where 6 experts give 216. Its own
+  // sums, within check_moe's bound.
+  int w13_split = 0;
 };
 
 struct MoeWeights {
@@ -71,6 +75,7 @@ struct MoeWork {
   bf16_t* sh;                        // [T, d]
   bf16_t* xb; bf16_t* hb;            // BF16 wgmma kernel only: act_bf16_perm of xc [T, d], hc [P, I]
   float* gemm_ws; size_t gemm_ws_bytes;
+  float* part13;                     // MoeShape::w13_split > 1: w1/w3 split-K partials [2][split][P][I]
   void* cub_tmp; size_t cub_sort_bytes, cub_hist_bytes, cub_scan_bytes;
   int max_tiles;
 };
@@ -99,7 +104,10 @@ inline const char* moe_kernel_name(const MoeShape& s) {
 }
 // ... and the routed w2's where MoeShape::w2_bf16 moves it.
 inline std::string moe_kernels_name(const MoeShape& s) {
-  return std::string(moe_kernel_name(s)) + (s.w2_bf16 && !moe_bf16_routed(s) ? ", w2 wgmma-bf16" : "");
+  std::string n = moe_kernel_name(s);
+  if (s.w13_split > 0 && !moe_bf16_routed(s)) n += ", w1/w3 wgmma-bf16 over " + std::to_string(s.w13_split) + " K ranges";
+  if (s.w2_bf16 && !moe_bf16_routed(s)) n += ", w2 wgmma-bf16";
+  return n;
 }
 // Rows per expert tile. The outputs are the same bits for any tile (each element's sum runs over K in the same
 // order). Below kMoeStagedRows the streaming kernel (gemm_stream.cuh, at most 16 rows per tile) or the register
@@ -144,11 +152,12 @@ inline size_t moe_layout(const MoeShape& s, uint8_t* base, MoeWork* w) {
   v.hs = reinterpret_cast<bf16_t*>(take(T * I * 2)); v.hsc = take(T * I); v.hse = take(T * I / 32);
   v.sh = reinterpret_cast<bf16_t*>(take(T * d * 2));
   const bool wb = moe_bf16_routed(s);
-  v.xb = wb ? reinterpret_cast<bf16_t*>(take(T * d * 2)) : nullptr;
+  v.xb = wb || s.w13_split > 0 ? reinterpret_cast<bf16_t*>(take(T * d * 2)) : nullptr;
   v.hb = wb || s.w2_bf16 ? reinterpret_cast<bf16_t*>(take(P * I * 2)) : nullptr;
   v.gemm_ws_bytes = std::max({gemm_workspace_bytes(s.T, s.E, s.d), 2 * gemm_workspace_bytes(s.T, s.I, s.d),
                               gemm_workspace_bytes(s.T, s.d, s.I)});
   v.gemm_ws = reinterpret_cast<float*>(take(v.gemm_ws_bytes));
+  v.part13 = !wb && s.w13_split > 1 ? reinterpret_cast<float*>(take(2 * size_t(s.w13_split) * P * I * 4)) : nullptr;
   // CUB temporary storage sizes (host-only queries, no device work).
   v.cub_sort_bytes = v.cub_hist_bytes = v.cub_scan_bytes = 0;
   cub::DeviceRadixSort::SortPairs(nullptr, v.cub_sort_bytes, v.keys, v.keys_sorted, v.vals, v.vals_sorted, int(P), 0,
@@ -511,6 +520,7 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
                   const MoeOverlap* overlap = nullptr) {
   if (s.T < 0 || s.E <= 0 || s.k <= 0 || s.k > s.E || s.d <= 0 || s.I <= 0 || s.d % 32 || s.I % 32)
     return bad_arg("moe: bad shape (d, I multiples of 32; 1 <= k <= E)");
+  if (s.w13_split < 0 || s.w13_split > 8) return bad_arg("moe: w13_split outside 0..8");
   const int held0 = s.e_begin, held1 = s.e_end < 0 ? s.E : s.e_end;
   if (held0 < 0 || held1 > s.E || held0 > held1 || (!comm && (held0 != 0 || held1 != s.E)))
     return bad_arg("moe: a share of the experts needs a communicator");
@@ -608,7 +618,18 @@ inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_
     p2.M = P; p2.y = w.ys; p2.ldy = s.d;
     const int min_rows = s.kernel == SkinnyKernel::automatic ? detail::kMoeStagedRows : 0;
     const SkinnyKernel routed = detail::moe_bf16_routed(s) ? SkinnyKernel::wgmma_bf16 : s.kernel;
-    DSV41_TRY((gemm_skinny_or_staged<WFmt::FP4, true>(p1, w.max_tiles, max_rows, routed, min_rows, stream)));
+    SkinnyKernel routed1 = routed;
+    if (s.w13_split > 0 && !detail::moe_bf16_routed(s)) {  // MoeShape::w13_split
+      SkinnyParams q = p1;
+      q.ksplit = std::max(1, s.w13_split);
+      q.partial = w.part13;
+      if (gemm_wgbf16_fits(q)) {
+        p1 = q;
+        routed1 = SkinnyKernel::wgmma_bf16;
+      }
+    }
+    DSV41_TRY((gemm_skinny_or_staged<WFmt::FP4, true>(p1, w.max_tiles, max_rows, routed1, min_rows, stream)));
+    if (p1.ksplit > 1) DSV41_TRY(swiglu_splitk_reduce(p1, stream));
     DSV41_TRY(act_quant_fp8(w.h, s.I, P, s.I, w.hc, w.he, nullptr, stream));
     if (w.hb) DSV41_TRY(act_bf16_perm(w.hc, w.he, P, s.I, w.hb, stream));
     if (comm) DSV41_CUDA_TRY(cudaMemsetAsync(w.ys, 0, size_t(P) * s.d * sizeof(bf16_t), stream), "moe rows");
