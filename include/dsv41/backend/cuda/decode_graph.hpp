@@ -1,15 +1,16 @@
 // A decode step of a fixed batch of sequences captured once as a CUDA graph and replayed across steps (issue 13
 // item 1). Positions, entry counts, pointer tables and Engram row ids are read from device memory (StepTables,
 // batch.hpp), which the host writes before each replay with one copy from pinned memory; the host counters advance
-// after it as an eager step advances them. So the host work of a step is that copy, one graph launch and the
-// counters, whatever the depth of the stack.
+// after it as an eager step advances them. So a step's host work is filling those tables, one copy, one graph
+// launch and the counters: no launch per kernel.
 //
 //   auto g = gpu::DecodeGraph<Ops>::capture(ops, seqs, d_logits, 256);  // valid for 256 more steps of these rows
 //   for (...) { g->step(ids); ...read d_logits after a sync... }
 //
 // The graph is bound to the sequences (their device memory) and to the batch size; other forwards may run on the
 // sequences between steps. A step past the entries the graph was sized for is refused (Code::out_of_range):
-// capture again. Not for hooks, images or several GPUs (the eager decode serves those).
+// capture again. Not for hooks, images, several GPUs or a model on the legacy default stream (the eager decode
+// serves those).
 #pragma once
 #include <cuda_runtime.h>
 

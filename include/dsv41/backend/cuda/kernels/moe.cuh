@@ -1,8 +1,9 @@
 // SPEC §4.6 MoE on the GPU: gate (BF16 weights, FP32 out), sqrt-softplus routing with bias, top-k (ties to
-// the lower expert id), routing weights; token assignments sorted per expert with CUB (stable radix sort,
-// histogram, exclusive scan); a row-tile list per expert; grouped FP4 expert GEMMs (w1/w3 fused with the
-// SwiGLU clamp and the routing weight, then w2); the shared expert (FP8); the combine sums each token's
-// expert outputs in ascending expert id and adds the shared expert, as cpu::moe does.
+// the lower expert id), routing weights; token assignments sorted per expert (below 512 routed rows in one kernel,
+// moe_route_small_kernel; else CUB's stable radix sort, histogram and exclusive scan); a row-tile list per expert;
+// grouped FP4 expert GEMMs (w1/w3 fused with the SwiGLU clamp and the routing weight, then w2); the shared expert
+// (FP8; optionally on a second stream, MoeOverlap); the combine sums each token's expert outputs in ascending
+// expert id and adds the shared expert, as cpu::moe does.
 // Expert parallel (issue 16): the weights hold experts [e_begin, e_end) only; the rank computes the rows routed to
 // those, the others stay zero, and the communicator sums the rows over ranks before the combine (every rank routes
 // the same inputs, so the rows are in the same order on every rank; one writer per row: exact).
