@@ -255,6 +255,20 @@ struct DeviceBuf {
 struct Events {
   std::vector<cudaEvent_t> ev;
   ~Events() { for (auto e : ev) cudaEventDestroy(e); }
+  Status create(size_t n) {
+    ev.resize(n);
+    for (auto& e : ev) DSV41_CUDA_TRY(cudaEventCreate(&e), "event");
+    return Status::Ok();
+  }
+  // Milliseconds between consecutive events, appended to ms (the events have completed).
+  Status gaps(std::vector<double>& ms) const {
+    for (size_t i = 0; i + 1 < ev.size(); ++i) {
+      float t = 0;
+      DSV41_CUDA_TRY(cudaEventElapsedTime(&t, ev[i], ev[i + 1]), "event time");
+      ms.push_back(t);
+    }
+    return Status::Ok();
+  }
 };
 
 // One (context, batch) case: sequences filled to `ctx` positions, then warm-up + timed steps with and
@@ -289,8 +303,7 @@ Status run_case(F& f, const std::vector<LayerRole>& sched, const Sizes& z, const
   for (bool logits : {true, false}) {
     float* out = logits ? logits_buf.p : nullptr;
     Events ev;
-    ev.ev.resize(size_t(opt.steps) + 1);
-    for (auto& e : ev.ev) DSV41_CUDA_TRY(cudaEventCreate(&e), "event");
+    DSV41_TRY(ev.create(size_t(opt.steps) + 1));
     for (int i = 0; i < opt.warmup; ++i) {
       for (auto& x : ids) x = tok(rng);
       DSV41_TRY(forward_batch(f, ptrs, ids, out));
@@ -308,11 +321,7 @@ Status run_case(F& f, const std::vector<LayerRole>& sched, const Sizes& z, const
     DSV41_CUDA_TRY(cudaEventRecord(ev.ev[size_t(opt.steps)], stream), "event");
     DSV41_CUDA_TRY(cudaStreamSynchronize(stream), "timed steps");
     const double wall = (now_s() - w0) * 1e3 / std::max(opt.steps, 1);
-    for (int i = 0; i < opt.steps; ++i) {
-      float ms = 0;
-      DSV41_CUDA_TRY(cudaEventElapsedTime(&ms, ev.ev[size_t(i)], ev.ev[size_t(i) + 1]), "event time");
-      gpu_ms.push_back(ms);
-    }
+    DSV41_TRY(ev.gaps(gpu_ms));
     const double med = median(gpu_ms), mn = gpu_ms.empty() ? 0 : *std::min_element(gpu_ms.begin(), gpu_ms.end());
     table += table_row(ctx, B, logits ? "yes" : "no", med, mn, median(host_ms), step_cost(s, sched, z, ctx, B, logits));
     std::printf("  logits %s: %.3f ms/step GPU median (min %.3f), host enqueue %.3f ms/step, wall %.3f ms/step\n",
@@ -346,8 +355,7 @@ Status run_case(F& f, const std::vector<LayerRole>& sched, const Sizes& z, const
     cudaGraphDestroy(g);
     DSV41_CUDA_TRY(ie, "graph instantiate");
     Events ev;
-    ev.ev.resize(size_t(opt.steps) + 1);
-    for (auto& e : ev.ev) DSV41_CUDA_TRY(cudaEventCreate(&e), "event");
+    DSV41_TRY(ev.create(size_t(opt.steps) + 1));
     std::vector<double> gpu_ms;
     const Status gs = [&]() -> Status {
       for (int i = 0; i < opt.warmup; ++i) DSV41_CUDA_TRY(cudaGraphLaunch(ge, stream), "graph launch");
@@ -357,11 +365,7 @@ Status run_case(F& f, const std::vector<LayerRole>& sched, const Sizes& z, const
       }
       DSV41_CUDA_TRY(cudaEventRecord(ev.ev[size_t(opt.steps)], stream), "event");
       DSV41_CUDA_TRY(cudaStreamSynchronize(stream), "graph replays");
-      for (int i = 0; i < opt.steps; ++i) {
-        float ms = 0;
-        DSV41_CUDA_TRY(cudaEventElapsedTime(&ms, ev.ev[size_t(i)], ev.ev[size_t(i) + 1]), "event time");
-        gpu_ms.push_back(ms);
-      }
+      DSV41_TRY(ev.gaps(gpu_ms));
       return Status::Ok();
     }();
     cudaGraphExecDestroy(ge);
@@ -378,8 +382,7 @@ Status run_case(F& f, const std::vector<LayerRole>& sched, const Sizes& z, const
     auto dg = gpu::DecodeGraph<F>::capture(f, ptrs, logits_buf.p, opt.warmup + 2 * opt.steps);
     if (!dg.ok()) return dg.status();
     Events ev;
-    ev.ev.resize(size_t(opt.steps) + 1);
-    for (auto& e : ev.ev) DSV41_CUDA_TRY(cudaEventCreate(&e), "event");
+    DSV41_TRY(ev.create(size_t(opt.steps) + 1));
     for (int i = 0; i < opt.warmup; ++i) {
       for (auto& x : ids) x = tok(rng);
       DSV41_TRY((*dg)->step(ids));
@@ -393,11 +396,7 @@ Status run_case(F& f, const std::vector<LayerRole>& sched, const Sizes& z, const
     }
     DSV41_CUDA_TRY(cudaEventRecord(ev.ev[size_t(opt.steps)], stream), "event");
     DSV41_CUDA_TRY(cudaStreamSynchronize(stream), "graph loop");
-    for (int i = 0; i < opt.steps; ++i) {
-      float ms = 0;
-      DSV41_CUDA_TRY(cudaEventElapsedTime(&ms, ev.ev[size_t(i)], ev.ev[size_t(i) + 1]), "event time");
-      gpu_ms.push_back(ms);
-    }
+    DSV41_TRY(ev.gaps(gpu_ms));
     for (int i = 0; i < opt.steps; ++i) {
       for (auto& x : ids) x = tok(rng);
       DSV41_CUDA_TRY(cudaStreamSynchronize(stream), "graph loop");
@@ -451,8 +450,7 @@ Status run_prefill(F& f, const std::vector<LayerRole>& sched, const Sizes& z, co
   std::uniform_int_distribution<int32_t> tok(3, s.vocab_size - 1);
   std::vector<int32_t> ids(size_t(T), 0);
   Events ev;
-  ev.ev.resize(2);
-  for (auto& e : ev.ev) DSV41_CUDA_TRY(cudaEventCreate(&e), "event");
+  DSV41_TRY(ev.create(2));
   gpu::OpTimer timer;
   std::map<std::string, double> tot;
   std::vector<double> gpu_ms, host_ms;
@@ -519,8 +517,7 @@ Status run_long(F& f, const std::vector<LayerRole>& sched, const Sizes& z, int64
   gpu::DeviceSequence seq = std::move(q).value();
   DSV41_CUDA_TRY(cudaStreamSynchronize(stream), "sequence allocation");
   Events ev;
-  ev.ev.resize(2);
-  for (auto& e : ev.ev) DSV41_CUDA_TRY(cudaEventCreate(&e), "event");
+  DSV41_TRY(ev.create(2));
   ForwardOptions fo;
   fo.bounded_replay = bounded;
   double total_ms = 0, flops = 0, first_ms = 0, last_ms = 0;

@@ -70,7 +70,8 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
   // 16-row tiles; automatic takes it below 512 routed rows): the register kernel's bits (bit 13). Variant 13 is the
   // automatic path with the other routing step (MoeShape::fused_routing flipped): the automatic output's bits (bit 14).
   // Variant 14 is the automatic path with the routed w2 on the BF16 wgmma kernel (MoeShape::w2_bf16): within the bound.
-  // Variant 15 is the automatic path with the shared expert on a second stream (MoeOverlap): its bits (bit 15).
+  // Variant 15 is the automatic path with the shared expert on a second stream (MoeOverlap): the automatic output's
+  // bits (bit 15).
   // Variant 16 takes the routed w1/w3 on BF16 wgmma over 4 K ranges and w2 on BF16 wgmma (MoeShape::w13_split,
   // w2_bf16): within the bound.
   int tile_diff = 0;
@@ -83,12 +84,11 @@ inline CheckResult check_moe(const MoeCfg& cfg, uint64_t seed) {
     if (variant == 16) {
       st.w13_split = 4;
       st.w2_bf16 = true;
-    } else if (variant == 15) {
     } else if (variant == 14) {
       st.w2_bf16 = true;
     } else if (variant == 13) {  // the automatic path with the other step 2 (fused kernel or CUB): the automatic output's bits
       st.fused_routing = !sh.fused_routing;
-    } else {
+    } else if (variant < 13) {  // (variant 15: the automatic shape, run with the second stream below)
       st.tile_rows = variant == 12 ? 16 : 16 << (variant % 3);
       st.kernel = variant < 3 ? gpu::SkinnyKernel::registers : variant < 6 ? gpu::SkinnyKernel::staged
                   : variant < 9 ? gpu::SkinnyKernel::wgmma : variant < 12 ? gpu::SkinnyKernel::wgmma_bf16

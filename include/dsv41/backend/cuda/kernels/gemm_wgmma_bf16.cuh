@@ -8,6 +8,8 @@
 // 8t+2h+c+4e, so that a thread's weight word (k 8t..8t+7) feeds its A fragment of both k16 halves with shifts and
 // masks alone. Range: weight scales up to 2^7 (FP8) or 2^1 (FP4), activation values not below 2^-133.
 #pragma once
+#include <type_traits>
+
 #include <dsv41/backend/cuda/kernels/gemm_staged.cuh>
 #include <dsv41/backend/cuda/kernels/gemm_stream.cuh>
 
@@ -273,14 +275,13 @@ inline Status gemm_wgbf16(const SkinnyParams& p, int max_tiles, int max_rows, cu
   };
   using detail::wgbf16_gemm_kernel;
   using detail::wgbf16::Layout;
-  if (p.ksplit > 1) {
-    if (ntm == 2) return go(wgbf16_gemm_kernel<F, SWIGLU, 2, true>, Layout<F, SWIGLU, 2>::SMEM);
-    if (ntm == 4) return go(wgbf16_gemm_kernel<F, SWIGLU, 4, true>, Layout<F, SWIGLU, 4>::SMEM);
-    return go(wgbf16_gemm_kernel<F, SWIGLU, 8, true>, Layout<F, SWIGLU, 8>::SMEM);
-  }
-  if (ntm == 2) return go(wgbf16_gemm_kernel<F, SWIGLU, 2, false>, Layout<F, SWIGLU, 2>::SMEM);
-  if (ntm == 4) return go(wgbf16_gemm_kernel<F, SWIGLU, 4, false>, Layout<F, SWIGLU, 4>::SMEM);
-  return go(wgbf16_gemm_kernel<F, SWIGLU, 8, false>, Layout<F, SWIGLU, 8>::SMEM);
+  auto by_rows = [&](auto split) -> Status {  // split: std::bool_constant, the kernel's SPLIT
+    constexpr bool S = decltype(split)::value;
+    if (ntm == 2) return go(wgbf16_gemm_kernel<F, SWIGLU, 2, S>, Layout<F, SWIGLU, 2>::SMEM);
+    if (ntm == 4) return go(wgbf16_gemm_kernel<F, SWIGLU, 4, S>, Layout<F, SWIGLU, 4>::SMEM);
+    return go(wgbf16_gemm_kernel<F, SWIGLU, 8, S>, Layout<F, SWIGLU, 8>::SMEM);
+  };
+  return p.ksplit > 1 ? by_rows(std::true_type{}) : by_rows(std::false_type{});
 }
 
 // Which kernel a grouped or dense GEMM takes: the register kernel (gemm_skinny), the streaming one (gemm_stream: the

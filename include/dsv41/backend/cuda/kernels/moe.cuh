@@ -103,7 +103,7 @@ inline const char* moe_kernel_name(const MoeShape& s) {
          s.kernel == SkinnyKernel::wgmma ? "wgmma" :
          s.kernel == SkinnyKernel::wgmma_bf16 ? "wgmma-bf16" : moe_bf16_routed(s) ? "wgmma-bf16 routed, staged shared" : "staged";
 }
-// ... and the routed w2's where MoeShape::w2_bf16 moves it.
+// ... with the routed GEMMs that MoeShape::w13_split and w2_bf16 move to the BF16 wgmma kernel.
 inline std::string moe_kernels_name(const MoeShape& s) {
   std::string n = moe_kernel_name(s);
   if (s.w13_split > 0 && !moe_bf16_routed(s)) n += ", w1/w3 wgmma-bf16 over " + std::to_string(s.w13_split) + " K ranges";
@@ -484,7 +484,6 @@ inline MoeWork moe_work(const MoeShape& s, void* workspace) {
   return w;
 }
 
-// comm: expert parallel (s.e_begin, s.e_end the rank's experts); null: one rank holding every expert.
 // The shared expert on a second stream beside the routing and the routed experts (the same kernels, the same bits):
 // side waits for `fork` (recorded after x's quantization) and records `join`, which the combine waits for. Capturable
 // in a CUDA graph (a fork and a join per layer). Not with a communicator.
@@ -516,6 +515,8 @@ class SideStream {
   MoeOverlap ov_;
 };
 
+// comm: expert parallel (s.e_begin, s.e_end the rank's experts); null: one rank holding every expert.
+// overlap: the shared expert on its second stream (MoeOverlap), or null.
 inline Status moe(const MoeShape& s, const MoeWeights& W, const bf16_t* x, bf16_t* out, void* workspace,
                   size_t workspace_bytes, cudaStream_t stream, parallel::Communicator* comm = nullptr,
                   const MoeOverlap* overlap = nullptr) {
