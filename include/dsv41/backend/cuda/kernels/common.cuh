@@ -11,6 +11,7 @@
 
 #include <dsv41/core/status.hpp>
 #include <dsv41/numeric/formats.hpp>
+#include <dsv41/backend/cuda/kernels/widen.hpp>
 
 namespace dsv41::gpu {
 
@@ -61,23 +62,23 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// prmt.b32 in its generic form: byte n of the result is byte c[4n+2:4n] of {b, a}, or, where c[4n+3] is set, that
-// byte's sign bit replicated over all 8 bits.
-__device__ __forceinline__ uint32_t prmt_b32(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
+// c in a per-thread register: threadIdx.x < 1024, so the xor changes nothing, but to the compiler the value is not
+// warp-uniform, and it keeps it in a register instead of copying it from a uniform register before each use.
+__device__ __forceinline__ uint32_t opaque_u32(uint32_t c) { return c ^ (threadIdx.x >> 10); }
+// p as one 64-bit register: the compiler otherwise rebuilds a pointer such as base + row·stride from its parts
+// before every load of a hot loop instead of adding a constant offset in the load.
+template <class T>
+__device__ __forceinline__ T* opaque_ptr(T* p) {
+  uint64_t r;
+  asm("mov.b64 %0, %1;" : "=l"(r) : "l"(reinterpret_cast<uint64_t>(p)));
+  return reinterpret_cast<T*>(r);
 }
-
-// 4 E2M1 nibbles (bits 4i..4i+3 of w, i = 0..3; the upper 16 bits are ignored) -> 4 E4M3 bytes (exact: every E2M1
-// value is an E4M3 value). Five integer instructions: the magnitude from a table, the sign through prmt's sign mode
-// (a negative code's nibble has bit 3 set, which turns the selected 0x7F into 0x00), shifted into bit 7.
-__device__ __forceinline__ uint32_t e2m1x4_to_e4m3x4(uint32_t w) {
-  // E4M3 codes of the magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6}: 0x00 0x30 0x38 0x3C 0x40 0x44 0x48 0x4C.
-  constexpr uint32_t lut_lo = 0x3C383000u, lut_hi = 0x4C484440u;
-  const uint32_t mag = prmt_b32(lut_lo, lut_hi, w & 0x7777u);
-  const uint32_t pos = prmt_b32(0x7F7F7F7Fu, 0x7F7F7F7Fu, w);  // 0x7F where the code is positive, 0x00 where negative
-  return mag | (~(pos << 1) & 0x80808080u);
+// e2m1x4_to_e4m3x4's table words for a hot loop (widen.hpp).
+__device__ __forceinline__ E2m1Lut make_e2m1_lut() {
+  E2m1Lut l;
+  l.mag_lo = opaque_u32(l.mag_lo);
+  l.pos = opaque_u32(l.pos);
+  return l;
 }
 
 // mma.sync m16n8k32 E4M3 x E4M3 -> FP32, C = 0.

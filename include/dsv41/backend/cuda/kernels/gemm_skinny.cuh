@@ -6,6 +6,7 @@
 // mma), operands straight from global/L1; grouped over a row-tile list for MoE; split-K over blockIdx.z.
 #pragma once
 #include <algorithm>
+#include <type_traits>
 
 #include <dsv41/backend/cuda/kernels/common.cuh>
 
@@ -87,12 +88,12 @@ __device__ __forceinline__ RawA<F> load_raw(const uint8_t* row_g, const uint8_t*
 // A fragment from the raw words; k slots permuted: thread (g, t) holds actual k = 32kb + 8t + 0..3 in
 // a0/a1 and + 4..7 in a2/a3 (the activation side uses the same map).
 template <WFmt F>
-__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const RawA<F>& r) {
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const RawA<F>& r, const E2m1Lut& lut = E2m1Lut{}) {
   if constexpr (F == WFmt::FP8) {
     a[0] = r.g.x; a[1] = r.g8.x; a[2] = r.g.y; a[3] = r.g8.y;
   } else {
-    a[0] = e2m1x4_to_e4m3x4(r.g & 0xFFFFu); a[2] = e2m1x4_to_e4m3x4(r.g >> 16);
-    a[1] = e2m1x4_to_e4m3x4(r.g8 & 0xFFFFu); a[3] = e2m1x4_to_e4m3x4(r.g8 >> 16);
+    a[0] = e2m1x4_to_e4m3x4(r.g & 0xFFFFu, lut); a[2] = e2m1x4_to_e4m3x4(r.g >> 16, lut);
+    a[1] = e2m1x4_to_e4m3x4(r.g8 & 0xFFFFu, lut); a[3] = e2m1x4_to_e4m3x4(r.g8 >> 16, lut);
   }
 }
 // UE8M0 bytes of K blocks kb..kb+3 of one scale row (4-byte load when the row allows it).
@@ -103,7 +104,8 @@ __device__ __forceinline__ uint32_t ld_scale4(const uint8_t* row, int kb, int kb
   for (int i = 0; i < 4; ++i) v |= uint32_t(__ldg(row + min(kb + i, kb_last))) << (8 * i);
   return v;
 }
-__device__ __forceinline__ float sbyte(uint32_t w, int i) { return ue8m0_f((w >> (8 * i)) & 0xFFu); }
+// ue8m0_f of byte i of w (widen.hpp).
+__device__ __forceinline__ float sbyte(uint32_t w, int i) { return __uint_as_float(ue8m0_byte_bits(w, i)); }
 
 // One m16n8 tile's K-block partial promoted into FP32: acc += part · (s_w · s_x), the scales powers of two (exact).
 // c0 (weight row g, activation 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1).
@@ -159,7 +161,8 @@ __device__ __forceinline__ void store_tiles(const SkinnyParams& p, const float (
 
 // One warp: 16 weight rows x up to 8·NTM activation rows, a K range (split-K over blockIdx.z).
 // Weights and scales of 4 K blocks are loaded before use (bytes in flight); the activation operands
-// of the first two 8-row tiles too.
+// of the first two 8-row tiles too. Each E4M3 mma is issued as the two f16 mma sm_90 runs it as, every operand
+// widened once (the same bits: mma_e4m3_zero_f16); a group's loads are per-lane pointers plus constant offsets.
 template <WFmt F, bool SWIGLU, int NTM>
 __global__ void __launch_bounds__(128) skinny_gemm_kernel(const SkinnyParams p) {
   constexpr int U = NTM <= 2 ? 4 : 2, NTP = NTM < 2 ? NTM : 2;
@@ -208,17 +211,37 @@ __global__ void __launch_bounds__(128) skinny_gemm_kernel(const SkinnyParams p) 
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[j][c] = acc3[j][c] = 0.f;
 
+  // Per-lane row pointers, so that a group's loads are one pointer plus constant offsets (the K block clamped to
+  // the range only in the last, partial group).
+  const uint8_t* xrow[NTP];
+#pragma unroll
+  for (int j = 0; j < NTP; ++j) xrow[j] = opaque_ptr(p.xc + int64_t(xb[j]) * K + 8 * t);
+  constexpr int WB = F == WFmt::FP8 ? 32 : 16, TB = WB / 4;  // a row's bytes per K block; this lane's part of them
+  const uint8_t* const wl[4] = {opaque_ptr(w1g + TB * t), opaque_ptr(w1g8 + TB * t), opaque_ptr(w3g + TB * t),
+                                opaque_ptr(w3g8 + TB * t)};
+  const uint8_t *xe0[NTM], *xe1[NTM];
+#pragma unroll
+  for (int j = 0; j < NTM; ++j) {
+    xe0[j] = p.xe + int64_t(xs0[j]) * nkb;
+    xe1[j] = p.xe + int64_t(xs1[j]) * nkb;
+  }
+  const E2m1Lut lut = make_e2m1_lut();
   for (int kb = kb0; kb < kb1; kb += U) {
     RawA<F> r1[U], r3[U];
     uint2 bx[NTP][U];
+    auto load_group = [&](auto clamp) {
+      const int64_t kw = int64_t(kb) * WB, kx = int64_t(kb) * 32;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int k = min(kb + u, kb1 - 1);
-      r1[u] = load_raw<F>(w1g, w1g8, k, t);
-      if constexpr (SWIGLU) r3[u] = load_raw<F>(w3g, w3g8, k, t);
+      for (int u = 0; u < U; ++u) {
+        const int du = decltype(clamp)::value ? min(u, kb1 - 1 - kb) : u;
+        r1[u] = load_raw<F>(wl[0] + kw, wl[1] + kw, du, 0);
+        if constexpr (SWIGLU) r3[u] = load_raw<F>(wl[2] + kw, wl[3] + kw, du, 0);
 #pragma unroll
-      for (int j = 0; j < NTP; ++j) bx[j][u] = ldg_u2(p.xc + int64_t(xb[j]) * K + k * 32 + 8 * t);
-    }
+        for (int j = 0; j < NTP; ++j) bx[j][u] = ldg_u2(xrow[j] + kx + du * 32);
+      }
+    };
+    if (kb + U <= kb1) load_group(std::false_type{});
+    else load_group(std::true_type{});
     const uint32_t e1a = ld_scale4(s1a, kb, kb1 - 1, vec4), e1b = ld_scale4(s1b, kb, kb1 - 1, vec4);
     uint32_t e3a = 0, e3b = 0;
     if constexpr (SWIGLU) { e3a = ld_scale4(s3a, kb, kb1 - 1, vec4); e3b = ld_scale4(s3b, kb, kb1 - 1, vec4); }
@@ -226,19 +249,30 @@ __global__ void __launch_bounds__(128) skinny_gemm_kernel(const SkinnyParams p) 
 #pragma unroll
     for (int j = 0; j < NTM; ++j) {
       if (j < nt) {
-        ex0[j] = ld_scale4(p.xe + int64_t(xs0[j]) * nkb, kb, kb1 - 1, vec4);
-        ex1[j] = ld_scale4(p.xe + int64_t(xs1[j]) * nkb, kb, kb1 - 1, vec4);
+        ex0[j] = ld_scale4(xe0[j], kb, kb1 - 1, vec4);
+        ex1[j] = ld_scale4(xe1[j], kb, kb1 - 1, vec4);
       }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (kb + u >= kb1) break;
-      uint32_t a[4], a3[4];
-      frag_a<F>(a, r1[u]);
+      // The E4M3 mma as the two f16 mma sm_90 runs it as (mma_e4m3_zero_f16: the same bits through promote), with
+      // each operand widened once: A for all tiles, B for both matrices of the SwiGLU pair.
+      uint32_t al[2][4], ah[2][4];
+      {
+        uint32_t a[4];
+        frag_a<F>(a, r1[u], lut);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) e4m3x4_to_f16x2x2(a[q], al[0][q], ah[0][q]);
+        if constexpr (SWIGLU) {
+          frag_a<F>(a, r3[u], lut);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) e4m3x4_to_f16x2x2(a[q], al[1][q], ah[1][q]);
+        }
+      }
       const float sw0 = sbyte(e1a, u), sw1 = sbyte(e1b, u);
       float sw30 = 0.f, sw31 = 0.f;
       if constexpr (SWIGLU) {
-        frag_a<F>(a3, r3[u]);
         sw30 = sbyte(e3a, u);
         sw31 = sbyte(e3b, u);
       }
@@ -246,12 +280,15 @@ __global__ void __launch_bounds__(128) skinny_gemm_kernel(const SkinnyParams p) 
       for (int j = 0; j < NTM; ++j) {
         if (j < nt) {
           const uint2 b = j < NTP ? bx[j < NTP ? j : 0][u] : ldg_u2(p.xc + int64_t(xb[j]) * K + (kb + u) * 32 + 8 * t);
+          uint32_t bl[2], bh[2];
+          e4m3x4_to_f16x2x2(b.x, bl[0], bh[0]);
+          e4m3x4_to_f16x2x2(b.y, bl[1], bh[1]);
           const float sx0 = sbyte(ex0[j], u), sx1 = sbyte(ex1[j], u);
           float part[4];
-          mma_e4m3_zero(part, a, b.x, b.y);
+          mma_e4m3_zero_f16(part, al[0], ah[0], bl, bh);
           promote(acc[j], part, sw0, sw1, sx0, sx1);
           if constexpr (SWIGLU) {
-            mma_e4m3_zero(part, a3, b.x, b.y);
+            mma_e4m3_zero_f16(part, al[1], ah[1], bl, bh);
             promote(acc3[j], part, sw30, sw31, sx0, sx1);
           }
         }

@@ -5,8 +5,9 @@
 // per row per stage: 16·KS bytes of an FP4 row, 32·KS of an FP8 row), instead of each warp's 4-byte loads waiting
 // before its mma. Same operands, same operations, same order: the same bits as the register kernel. The E4M3 mma is
 // issued as the two f16 mma sm_90 turns it into (mma_e4m3_zero_f16), with the activation fragment widened once for
-// both matrices of the SwiGLU pair. What bounds it is instructions, not the access pattern: longer row pieces
-// (KS 16, 32) were slower (notes/gpu.md session 17).
+// both matrices of the SwiGLU pair, and the E2M1 tables held in registers. What bounds it is instructions, not the
+// access pattern: longer row pieces (KS 16, 32) were slower (notes/gpu.md session 17); tools/gpu/sass_loops.py
+// counts them per K block.
 // Warps run independently (no block-wide barrier); activations and their scales come from global memory (L1).
 #pragma once
 #include <dsv41/backend/cuda/kernels/gemm_skinny.cuh>
@@ -100,6 +101,7 @@ __global__ void __launch_bounds__(stream::THREADS) stream_gemm_kernel(const Skin
   };
 
   float acc[NTM][4] = {}, acc3[NTM][4] = {};
+  const E2m1Lut lut = make_e2m1_lut();
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
@@ -153,8 +155,8 @@ __global__ void __launch_bounds__(stream::THREADS) stream_gemm_kernel(const Skin
           } else {  // e2m1x4_to_e4m3x4 reads the low 16 bits only
             const uint32_t r0 = *reinterpret_cast<const uint32_t*>(W + (u0 + u) * 16 + 4 * t);
             const uint32_t r8 = *reinterpret_cast<const uint32_t*>(W + 8 * L::RS + (u0 + u) * 16 + 4 * t);
-            a[0] = e2m1x4_to_e4m3x4(r0); a[2] = e2m1x4_to_e4m3x4(r0 >> 16);
-            a[1] = e2m1x4_to_e4m3x4(r8); a[3] = e2m1x4_to_e4m3x4(r8 >> 16);
+            a[0] = e2m1x4_to_e4m3x4(r0, lut); a[2] = e2m1x4_to_e4m3x4(r0 >> 16, lut);
+            a[1] = e2m1x4_to_e4m3x4(r8, lut); a[3] = e2m1x4_to_e4m3x4(r8 >> 16, lut);
           }
 #pragma unroll
           for (int q = 0; q < 4; ++q) e4m3x4_to_f16x2x2(a[q], al[m][q], ah[m][q]);

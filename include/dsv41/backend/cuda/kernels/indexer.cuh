@@ -2,10 +2,10 @@
 // UE8M0 per 32), score[p, j] = Σ_h w[p,h]·relu(q_h·k_j) (−inf for j ≥ visible), and the top-k selection
 // (ties toward the lower index, −inf never picked, result ascending, −1 padded).
 //
-// Scores: mma m16n8k32 E4M3 (E2M1 widened exactly) per 32-wide block with promotion by the two
-// power-of-two scales; a block's 32 products are multiples of 2^-2 below 2^10.2, so the tensor core's
-// inner sum is exact, and the FP32 sums over blocks are exact while the scales of one vector span less
-// than ~2^10. The head sum is done in the reference's order (h = 0..nI−1, separate multiply and add), so
+// Scores: mma m16n8k32 E4M3 (E2M1 widened exactly; issued as the two f16 mma sm_90 runs it as, the queries
+// widened once for all keys) per 32-wide block with promotion by the two power-of-two scales; a block's 32
+// products are multiples of 2^-2 below 2^10.2, so the tensor core's inner sum is exact, and the FP32 sums over
+// blocks are exact while the scales of one vector span less than ~2^10. The head sum is done in the reference's order (h = 0..nI−1, separate multiply and add), so
 // the scores match cpu::index_select bit for bit under that condition.
 //
 // Top-k: one CTA per row; 4 radix passes of 8 bits over order-preserving keys find the k-th largest
@@ -53,7 +53,8 @@ __global__ void __launch_bounds__(128) index_score_kernel(const IndexScoreParams
     return;
   }
 
-  uint32_t a[MT][KB][4];
+  // The queries as the f16 halves of their E4M3 fragments (mma_e4m3_zero_f16), widened once for every key.
+  uint32_t al[MT][KB][4], ah[MT][KB][4];
   float sq[MT][KB][2];
   const uint8_t* qrow = p.q + int64_t(row) * NI * dh;
   const uint8_t* qerow = p.qe + int64_t(row) * NI * KB;
@@ -64,10 +65,10 @@ __global__ void __launch_bounds__(128) index_score_kernel(const IndexScoreParams
       const int h = 16 * mt + g;
       const uint32_t r0 = *reinterpret_cast<const uint32_t*>(qrow + h * dh + 16 * kb + 4 * t);
       const uint32_t r1 = *reinterpret_cast<const uint32_t*>(qrow + (h + 8) * dh + 16 * kb + 4 * t);
-      a[mt][kb][0] = e2m1x4_to_e4m3x4(r0 & 0xFFFFu);
-      a[mt][kb][2] = e2m1x4_to_e4m3x4(r0 >> 16);
-      a[mt][kb][1] = e2m1x4_to_e4m3x4(r1 & 0xFFFFu);
-      a[mt][kb][3] = e2m1x4_to_e4m3x4(r1 >> 16);
+      const uint32_t a[4] = {e2m1x4_to_e4m3x4(r0 & 0xFFFFu), e2m1x4_to_e4m3x4(r1 & 0xFFFFu),
+                             e2m1x4_to_e4m3x4(r0 >> 16), e2m1x4_to_e4m3x4(r1 >> 16)};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) e4m3x4_to_f16x2x2(a[q], al[mt][kb][q], ah[mt][kb][q]);
       sq[mt][kb][0] = ue8m0_f(qerow[h * KB + kb]);
       sq[mt][kb][1] = ue8m0_f(qerow[(h + 8) * KB + kb]);
     }
@@ -77,6 +78,7 @@ __global__ void __launch_bounds__(128) index_score_kernel(const IndexScoreParams
     wh[mt][0] = p.w[int64_t(row) * NI + 16 * mt + g];
     wh[mt][1] = p.w[int64_t(row) * NI + 16 * mt + g + 8];
   }
+  const E2m1Lut lut = make_e2m1_lut();
 #pragma unroll 1
   for (int j = 0; j < KEYS_PER_WARP / 8; ++j) {
     const int kb_key = min(key0 + 8 * j + g, nr - 1);
@@ -92,12 +94,14 @@ __global__ void __launch_bounds__(128) index_score_kernel(const IndexScoreParams
 #pragma unroll
     for (int kb = 0; kb < KB; ++kb) {
       const uint32_t kw = *reinterpret_cast<const uint32_t*>(kp + 16 * kb + 4 * t);
-      const uint32_t b0 = e2m1x4_to_e4m3x4(kw & 0xFFFFu), b1 = e2m1x4_to_e4m3x4(kw >> 16);
-      const float k0 = ue8m0_f((se0 >> (8 * kb)) & 0xFFu), k1 = ue8m0_f((se1 >> (8 * kb)) & 0xFFu);
+      uint32_t bl[2], bh[2];  // the key's B fragment, widened once for every head tile
+      e4m3x4_to_f16x2x2(e2m1x4_to_e4m3x4(kw & 0xFFFFu, lut), bl[0], bh[0]);
+      e4m3x4_to_f16x2x2(e2m1x4_to_e4m3x4(kw >> 16, lut), bl[1], bh[1]);
+      const float k0 = __uint_as_float(ue8m0_byte_bits(se0, kb)), k1 = __uint_as_float(ue8m0_byte_bits(se1, kb));
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        float part[4];
-        mma_e4m3_zero(part, a[mt][kb], b0, b1);
+        float part[4];  // the E4M3 mma's bits through the fmaf below (an accumulator that starts at +0)
+        mma_e4m3_zero_f16(part, al[mt][kb], ah[mt][kb], bl, bh);
         acc[mt][0] = fmaf(part[0], sq[mt][kb][0] * k0, acc[mt][0]);
         acc[mt][1] = fmaf(part[1], sq[mt][kb][0] * k1, acc[mt][1]);
         acc[mt][2] = fmaf(part[2], sq[mt][kb][1] * k0, acc[mt][2]);
