@@ -10,8 +10,9 @@ a full group of K blocks, aligned scale words), and its basic blocks.
 
   python3 tools/gpu/sass_loops.py --cu tools/gpu/sass/decode_kernels.cu --tiles 1 --kblocks 4
 
-Static counts, not timings: what an instruction costs depends on its pipe and on what it waits for. cuobjdump and nvdisasm: the CUDA toolkit's; where the toolkit has none
-(a minimal install), `bash tools/gpu/sass_tools.sh` puts NVIDIA's own wheels of the two under .sass-tools/.
+Static counts, not timings: what an instruction costs depends on its pipe and on what it waits for. cuobjdump and
+nvdisasm are the CUDA toolkit's; where the toolkit has neither (a minimal install), `bash tools/gpu/sass_tools.sh`
+unpacks NVIDIA's own wheels of the two under .sass-tools/.
 """
 import argparse
 import collections
