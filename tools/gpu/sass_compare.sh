@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Static instruction counts of the decode kernels (tools/gpu/sass/decode_kernels.cu) at a base revision and in the
+# Static instruction counts of the decode kernels (tools/gpu/sass/hot_kernels.cu) at a base revision and in the
 # working tree, side by side: the instructions of each innermost loop, all of it and its decode path with one 8-row
 # tile (tools/gpu/sass_loops.py --tiles 1). No GPU needed.
 #   bash tools/gpu/sass_compare.sh e112cfb
@@ -11,11 +11,11 @@ tmp=$(mktemp -d)
 trap 'git worktree remove --force "$tmp/base" >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 git worktree add -q --detach "$tmp/base" "$base"
 mkdir -p "$tmp/base/tools/gpu/sass"
-cp tools/gpu/sass/decode_kernels.cu "$tmp/base/tools/gpu/sass/"  # the same instantiations at both revisions
+cp tools/gpu/sass/hot_kernels.cu "$tmp/base/tools/gpu/sass/"  # the same instantiations at both revisions
 count() {  # $1: repository root; prints "kernel|instructions in the innermost loop|on its decode path"
-  python3 tools/gpu/sass_loops.py --cu "$1/tools/gpu/sass/decode_kernels.cu" --include "$1/include" --tiles 1 \
-      --kernel 'skinny_gemm|stream_gemm|index_score' |
-    awk '/^## /{sub(/^## void dsv41::gpu::detail::/, ""); sub(/\(dsv41::gpu::[A-Za-z]*\)$/, "");
+  python3 tools/gpu/sass_loops.py --cu "$1/tools/gpu/sass/hot_kernels.cu" --include "$1/include" --tiles 1 \
+      --kernel 'skinny_gemm_kernel<.*, 2>|stream_gemm|index_score_kernel<2|wide_gemm' |
+    awk '/^## /{sub(/^## void dsv41::gpu::detail::/, ""); sub(/\([^()]*\)$/, "");
                 gsub(/\(dsv41::gpu::WFmt\)0/, "FP8"); gsub(/\(dsv41::gpu::WFmt\)1/, "FP4"); k=$0; n=0}
          /\(innermost\)/{if (!n) a=$(NF-1)}
          /decode path/{if (!n++) {match($0, /: [0-9]+ instructions/); print k "|" a "|" substr($0, RSTART + 2, RLENGTH - 15)}}'

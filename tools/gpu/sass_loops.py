@@ -8,7 +8,7 @@ cuobjdump, finds each kernel's loops (backward branches) and prints, per loop, t
 issue class, optionally one iteration's path as decode runs it (one_path: in the skinny kernels one 8-row tile,
 a full group of K blocks, aligned scale words), and its basic blocks.
 
-  python3 tools/gpu/sass_loops.py --cu tools/gpu/sass/decode_kernels.cu --tiles 1 --kblocks 4
+  python3 tools/gpu/sass_loops.py --cu tools/gpu/sass/hot_kernels.cu --tiles 1 --kblocks 4
 
 Static counts, not timings: what an instruction costs depends on its pipe and on what it waits for. cuobjdump and
 nvdisasm are the CUDA toolkit's; where the toolkit has neither (a minimal install), `bash tools/gpu/sass_tools.sh`

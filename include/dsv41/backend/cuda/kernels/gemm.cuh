@@ -95,7 +95,9 @@ __global__ void __launch_bounds__(256) wide_gemm_fp8_kernel(const uint8_t* __res
     const uint8_t* SWs = SXs + SX_BYTES;
 #pragma unroll
     for (int s4 = 0; s4 < 4; ++s4) {
-      uint32_t bfr[4][2];
+      // Each E4M3 mma as the two f16 mma sm_90 runs it as (mma_e4m3_zero_f16: the same bits through the fmaf into
+      // accumulators that start at +0), every fragment widened once.
+      uint32_t bl[4][2], bh[4][2];
 #pragma unroll
       for (int jj = 0; jj < 2; ++jj) {
         const int mat = lane >> 3;
@@ -103,8 +105,8 @@ __global__ void __launch_bounds__(256) wide_gemm_fp8_kernel(const uint8_t* __res
         const int ch = 2 * s4 + (mat & 1);
         uint32_t r[4];
         ldmatrix_x4(r, Bs + nrow * 128 + ((ch ^ (nrow & 7)) << 4));
-        bfr[2 * jj][0] = r[0]; bfr[2 * jj][1] = r[1];
-        bfr[2 * jj + 1][0] = r[2]; bfr[2 * jj + 1][1] = r[3];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) e4m3x4_to_f16x2x2(r[q], bl[2 * jj + (q >> 1)][q & 1], bh[2 * jj + (q >> 1)][q & 1]);
       }
       const float sw = ue8m0_f(SWs[wn * 4 + s4]);
 #pragma unroll
@@ -112,14 +114,16 @@ __global__ void __launch_bounds__(256) wide_gemm_fp8_kernel(const uint8_t* __res
         const int rbase = wm * 64 + mi * 16;
         const int mrow = rbase + (lane & 7) + 8 * ((lane >> 3) & 1);
         const int ch = 2 * s4 + (lane >> 4);
-        uint32_t a[4];
+        uint32_t a[4], al[4], ah[4];
         ldmatrix_x4(a, As + mrow * 128 + ((ch ^ (mrow & 7)) << 4));
+#pragma unroll
+        for (int q = 0; q < 4; ++q) e4m3x4_to_f16x2x2(a[q], al[q], ah[q]);
         const float slo = ue8m0_f(SXs[(rbase + g) * 4 + s4]) * sw;
         const float shi = ue8m0_f(SXs[(rbase + g + 8) * 4 + s4]) * sw;
 #pragma unroll
         for (int nj = 0; nj < 4; ++nj) {
           float part[4];
-          mma_e4m3_zero(part, a, bfr[nj][0], bfr[nj][1]);
+          mma_e4m3_zero_f16(part, al, ah, bl[nj], bh[nj]);
           acc[mi][nj][0] = fmaf(part[0], slo, acc[mi][nj][0]);
           acc[mi][nj][1] = fmaf(part[1], slo, acc[mi][nj][1]);
           acc[mi][nj][2] = fmaf(part[2], shi, acc[mi][nj][2]);

@@ -1,5 +1,7 @@
-// The decode GEMM kernels instantiated for tools/gpu/sass_loops.py (compiled to a cubin only, never linked):
-//   python3 tools/gpu/sass_loops.py --cu tools/gpu/sass/decode_kernels.cu --blocks
+// Hot kernels instantiated for tools/gpu/sass_loops.py (compiled to a cubin only, never linked): the decode GEMMs, the
+// indexer's scores, the FP8 GEMM at prefill.
+//   python3 tools/gpu/sass_loops.py --cu tools/gpu/sass/hot_kernels.cu --blocks
+#include <dsv41/backend/cuda/kernels/gemm.cuh>
 #include <dsv41/backend/cuda/kernels/gemm_stream.cuh>
 #include <dsv41/backend/cuda/kernels/gemm_wgmma_bf16.cuh>
 #include <dsv41/backend/cuda/kernels/indexer.cuh>
@@ -17,6 +19,9 @@ template __global__ void wgbf16_gemm_kernel<WFmt::FP4, false, 2, false>(const Sk
 template __global__ void skinny_gemm_kernel<WFmt::FP8, false, 2>(const SkinnyParams);
 // The shared expert (FP8 SwiGLU) at decode, register kernel.
 template __global__ void skinny_gemm_kernel<WFmt::FP8, true, 2>(const SkinnyParams);
+// The FP8 GEMM at prefill (the dense projections above 64 rows).
+template __global__ void wide_gemm_fp8_kernel<0>(const uint8_t*, const uint8_t*, const uint8_t*, const uint8_t*, int,
+                                                 int, int, bf16_t*, int64_t);
 // The indexer's scores at the released shape (32 heads x 128: 2 head tiles, 4 K blocks).
 template __global__ void index_score_kernel<2, 4>(const IndexScoreParams);
 }  // namespace dsv41::gpu::detail
