@@ -118,7 +118,6 @@ def loops(code):
 def blocks(body):
     """Basic blocks of a loop body: split at branch targets and after branches."""
     starts = {body[0][0]}
-    addrs = [i[0] for i in body]
     for k, i in enumerate(body):
         if i[2] in ("BRA", "EXIT", "BSYNC"):
             t = target(i)
@@ -134,7 +133,7 @@ def blocks(body):
         cur.append(i)
     if cur:
         out.append(cur)
-    return [b for b in out if b[0][0] >= addrs[0]]
+    return out
 
 
 def one_path(bl, tiles):

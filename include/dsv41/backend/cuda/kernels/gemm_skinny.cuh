@@ -88,7 +88,7 @@ __device__ __forceinline__ RawA<F> load_raw(const uint8_t* row_g, const uint8_t*
 // A fragment from the raw words; k slots permuted: thread (g, t) holds actual k = 32kb + 8t + 0..3 in
 // a0/a1 and + 4..7 in a2/a3 (the activation side uses the same map).
 template <WFmt F>
-__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const RawA<F>& r, const E2m1Lut& lut = E2m1Lut{}) {
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const RawA<F>& r, const E2m1Lut& lut) {
   if constexpr (F == WFmt::FP8) {
     a[0] = r.g.x; a[1] = r.g8.x; a[2] = r.g.y; a[3] = r.g8.y;
   } else {

@@ -5,8 +5,9 @@
 // Scores: mma m16n8k32 E4M3 (E2M1 widened exactly; issued as the two f16 mma sm_90 runs it as, the queries
 // widened once for all keys) per 32-wide block with promotion by the two power-of-two scales; a block's 32
 // products are multiples of 2^-2 below 2^10.2, so the tensor core's inner sum is exact, and the FP32 sums over
-// blocks are exact while the scales of one vector span less than ~2^10. The head sum is done in the reference's order (h = 0..nI−1, separate multiply and add), so
-// the scores match cpu::index_select bit for bit under that condition.
+// blocks are exact while the scales of one vector span less than ~2^10. The head sum is done in the reference's
+// order (h = 0..nI−1, separate multiply and add), so the scores match cpu::index_select bit for bit under that
+// condition.
 //
 // Top-k: one CTA per row; 4 radix passes of 8 bits over order-preserving keys find the k-th largest
 // value T; then one ordered pass takes every score > T and the first (lowest-index) scores == T.
